@@ -1,0 +1,178 @@
+"""The ``benchlib`` command: study, run, report, env.
+
+Bad input gets one line on stderr naming the problem and what is allowed, exit code 2, and no
+traceback unless ``--debug``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from .errors import BenchlibError, ConfigError
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILURES = 1
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set '{item}': expected KEY=VALUE, e.g. --set lr=0.05")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set '{item}': value is not valid YAML ({exc})") from exc
+    return out
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    from .config import load_study
+    from .study import run_study
+
+    cfg = load_study(args.params)
+    failed = run_study(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
+                       cell_timeout_s=args.cell_timeout)
+    return EXIT_FAILURES if failed else 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .config import RunConfig, check_batch_sizes, settings_from_mapping
+    from .devices import resolve_hardware
+    from .models import MODELS
+    from .runner import measure, record
+    from .threads import apply_threads
+
+    values: dict[str, Any] = {"dataset": args.data}
+    for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if args.steps is not None:
+        values["train_steps"] = args.steps
+    values.update(_parse_set(args.set))
+    settings = settings_from_mapping(values, "command line")
+    if args.model not in MODELS:
+        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
+    if args.batch_size < 1:
+        raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
+    check_batch_sizes([args.batch_size], settings, "command line")
+    try:
+        resolve_hardware(args.device)
+    except BenchlibError as exc:
+        raise ConfigError(f"command line: --device: {exc}") from exc
+    apply_threads(settings.threads, settings.interop_threads)
+    cfg = RunConfig(args.study, args.device, args.model, args.batch_size, settings)
+    if args.no_save:
+        row, _ = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
+    else:
+        row = record(cfg, Path(args.results_dir))
+    if args.json:
+        print(json.dumps(row, default=str, allow_nan=False) if _finite(row) else json.dumps(_nan_to_none(row), default=str))
+    else:
+        for key in ("status", "error", "device_name", "train_samples_per_s", "train_step_s_median", "epoch_s",
+                    "test_accuracy", "latency_ms_p50", "batch_latency_ms_p50", "peak_rss_bytes"):
+            print(f"{key:>22}: {row.get(key)}")
+    return 0 if row["status"] == "ok" else EXIT_FAILURES
+
+
+def _finite(row: dict[str, Any]) -> bool:
+    return not any(isinstance(v, float) and v != v for v in row.values())
+
+
+def _nan_to_none(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))) else v) for k, v in row.items()}
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    from .manifest import collect_manifest
+
+    manifest = collect_manifest()
+    if args.json:
+        print(json.dumps(manifest, default=str))
+    else:
+        for k, v in manifest.items():
+            print(f"{k:>28}: {v}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .study import summarize
+
+    dirs = [Path(d) for d in args.results_dirs]
+    for d in dirs:
+        if not (d / "rows").is_dir():
+            raise ConfigError(f"results folder '{d}' has no rows/ folder; give folders written by benchlib, e.g. results/default")
+    name = args.name or (dirs[0].name if len(dirs) == 1 else "merged")
+    out = summarize(dirs, Path(args.reports_root) / name, title=f"benchlib report: {name}")
+    print(out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchlib", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("study", help="run every hardware/model pair of a params file, then the summary and HTML")
+    p.add_argument("params", help="study params file, e.g. params/default.yaml")
+    p.add_argument("--results-root", default="results", help="results go to RESULTS_ROOT/<study>/")
+    p.add_argument("--reports-root", default="reports", help="reports go to REPORTS_ROOT/<study>/")
+    p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a notebook cell may run")
+    p.set_defaults(func=_cmd_study)
+
+    p = sub.add_parser("run", help="measure one configuration")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", default="digits", help="digits, synthetic, cifar10, tinyimagenet, imagefolder")
+    p.add_argument("--data-path", dest="data_path")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps, auto")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, help="timed training steps (after warmup)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--image-size", dest="image_size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--optimizer")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--num-workers", dest="num_workers", type=int)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any run setting, e.g. --set pretrained=true")
+    p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
+    p.add_argument("--results-dir", default="results/adhoc")
+    p.add_argument("--no-save", action="store_true", help="print only, write no results files")
+    p.add_argument("--json", action="store_true", help="print the row as one JSON object")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("env", help="print the environment manifest")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_env)
+
+    p = sub.add_parser("report", help="summary and HTML from existing results folders (several machines merge)")
+    p.add_argument("results_dirs", nargs="+")
+    p.add_argument("--name", help="report name (default: the folder's name, or 'merged')")
+    p.add_argument("--reports-root", default="reports")
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BenchlibError as exc:
+        if args.debug:
+            raise
+        print(f"benchlib: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("benchlib: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

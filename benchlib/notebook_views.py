@@ -1,0 +1,91 @@
+"""What the notebooks show: thin wrappers that turn tables and figures into notebook output.
+
+Every notebook cell calls one function here, so no logic lives only in a notebook.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from . import plots, report
+from .results import read_samples
+
+_FLOAT_FORMAT = "{:,.4g}".format
+
+
+def _show(df: pd.DataFrame, empty_message: str) -> Any:
+    if df.empty:
+        return Markdown(f"*{empty_message}*")
+    return df.style.format(_FLOAT_FORMAT, subset=df.select_dtypes("number").columns).hide(axis="index")
+
+
+def load(results_dirs: Iterable[str]) -> pd.DataFrame:
+    return report.load(results_dirs)
+
+
+def heading(title: str, df: pd.DataFrame) -> Markdown:
+    machines = ", ".join(sorted(map(str, df["machine"].dropna().unique()))) or "none"
+    counts = df["status"].value_counts().to_dict() if not df.empty else {}
+    status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no rows"
+    return Markdown(f"# {title}\n\n{len(df)} configurations ({status}) from machine(s): {machines}.")
+
+
+def pair_rows(rows: Sequence[Mapping[str, Any]]) -> Any:
+    return _show(report.pair_table(pd.DataFrame(rows)), "no configuration ran")
+
+
+def pair_table(df: pd.DataFrame) -> Any:
+    return _show(report.pair_table(df), "no results found in the given folders")
+
+
+def failures(df: pd.DataFrame) -> Any:
+    return _show(report.failures_table(df), "none: every configuration produced a measurement")
+
+
+def speedups(df: pd.DataFrame) -> Any:
+    if report.devices_count(df) < 2:
+        return Markdown("*One device only: no cross-device speedups to show.*")
+    return report.speedup_matrix(df).style.format("{:.2f}x", na_rep="")
+
+
+def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
+    shown = 0
+    for metric in ("train_samples_per_s", "epoch_s", "latency_ms_p50", "infer_samples_per_s",
+                   "peak_rss_bytes", "peak_cuda_allocated_bytes", "test_accuracy"):
+        fig = plots.metric_bars(df, metric, figures_dir)
+        if fig is not None:
+            display(fig)
+            plots.plt.close(fig)
+            shown += 1
+    if not shown:
+        display(Markdown("*No successful configuration to plot.*"))
+
+
+def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figures_dir: str) -> None:
+    figures = Path(figures_dir)
+    for row in rows:
+        if row.get("status") != "ok":
+            continue
+        fig = plots.step_time_distribution(read_samples(Path(results_dir), row), row["run_id"], figures,
+                                           f"steps__{row['machine']}__{row['run_id']}")
+        if fig is not None:
+            display(fig)
+            plots.plt.close(fig)
+
+
+def manifests(results_dirs: Iterable[str]) -> Any:
+    records = []
+    for d in results_dirs:
+        for path in sorted(Path(d).glob("manifests/*.json")):
+            try:
+                m = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            records.append({"manifest_id": path.stem, **{k: m.get(k) for k in (
+                "machine", "cpu_model", "cpus_usable", "torch_num_threads", "python", "torch", "torchvision",
+                "cuda_version", "cudnn_version", "driver_version", "git_commit", "benchlib_version")}})
+    return _show(pd.DataFrame(records), "no manifest found")

@@ -1,0 +1,94 @@
+"""Tables the summary shows, computed from result rows (pure pandas: no files, no plotting)."""
+from __future__ import annotations
+
+import itertools
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from .results import read_results
+
+PAIR_COLUMNS = [
+    "machine", "hardware", "device_name", "model", "dataset", "batch_size", "variant", "status",
+    "train_samples_per_s", "train_step_s_median", "train_step_s_iqr", "epoch_s", "val_samples_per_s",
+    "train_accuracy", "test_accuracy", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+    "batch_latency_ms_p50", "infer_samples_per_s", "peak_rss_bytes", "peak_cuda_allocated_bytes", "params",
+]
+SPEEDUP_METRICS = {"train_samples_per_s": "higher", "infer_samples_per_s": "higher", "latency_ms_p50": "lower"}
+
+
+def load(results_dirs: Iterable[str]) -> pd.DataFrame:
+    """Every row of the given results folders, merged and de-duplicated."""
+    return read_results(results_dirs)
+
+
+def device_label(df: pd.DataFrame) -> pd.Series:
+    """'machine:hardware' where rows come from several machines, else the hardware name."""
+    if df["machine"].nunique() > 1:
+        return df["machine"].astype(str) + ":" + df["hardware"].astype(str)
+    return df["hardware"].astype(str)
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"].copy()
+
+
+def pair_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One line per configuration with the headline figures, sorted for reading."""
+    cols = [c for c in PAIR_COLUMNS if c in df.columns]
+    return df[cols].sort_values(["machine", "hardware", "model", "batch_size", "variant"]).reset_index(drop=True)
+
+
+def failures_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Configurations that did not produce a measurement, with the reason."""
+    cols = ["machine", "hardware", "model", "batch_size", "variant", "status", "error"]
+    return df[df["status"] != "ok"][cols].reset_index(drop=True)
+
+
+def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.DataFrame:
+    """Ratio of ``metric`` for every ordered pair of devices, per model and batch size.
+
+    One line per (model, batch size, device A, device B): ``speedup`` > 1 means A is faster than B
+    (for latency the ratio is inverted so that > 1 still means faster). Empty with one device.
+    """
+    direction = SPEEDUP_METRICS.get(metric, "higher")
+    good = ok_rows(df)
+    if good.empty:
+        return pd.DataFrame(columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"])
+    good["device"] = device_label(good)
+    med = good.groupby(["model", "batch_size", "device"])[metric].median().reset_index()
+    out = []
+    for (model, batch), grp in med.groupby(["model", "batch_size"]):
+        values = dict(zip(grp["device"], grp[metric]))
+        for a, b in itertools.permutations(sorted(values), 2):
+            va, vb = values[a], values[b]
+            if not (np.isfinite(va) and np.isfinite(vb)) or va <= 0 or vb <= 0:
+                continue
+            ratio = va / vb if direction == "higher" else vb / va
+            out.append({"model": model, "batch_size": batch, "device_a": a, "device_b": b,
+                        metric + "_a": va, metric + "_b": vb, "speedup": ratio})
+    return pd.DataFrame(out, columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"])
+
+
+def speedup_matrix(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.DataFrame:
+    """Speedups as a wide table: rows (model, batch, device A), columns device B."""
+    long = speedup_table(df, metric)
+    if long.empty:
+        return long
+    return long.pivot_table(index=["model", "batch_size", "device_a"], columns="device_b", values="speedup")
+
+
+def devices_count(df: pd.DataFrame) -> int:
+    good = ok_rows(df)
+    return 0 if good.empty else int(device_label(good).nunique())
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None or not np.isfinite(n):
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)

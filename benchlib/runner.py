@@ -1,0 +1,181 @@
+"""Measure one configuration end to end and return its row; the pair runner records rows to files.
+
+``measure`` is pure measurement (it never touches files); ``run_pair`` is the I/O around it that the
+benchmark notebook and ``benchlib run`` call.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+
+from . import __version__
+from .config import RunConfig, RunSettings, settings_from_mapping, setting_names
+from .devices import device_name, resolve_hardware
+from .inference import example_batch, measure_latency
+from .loaders import batches_per_epoch, build_loaders
+from .manifest import collect_manifest, machine_name, manifest_id
+from .memory import PeakMemory
+from .models import build_model, count_parameters
+from .results import write_manifest, write_row
+from .timing import Samples
+from .train import evaluate, train
+
+ProgressFn = Callable[[str], None]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def base_row(cfg: RunConfig, machine: str) -> dict[str, Any]:
+    """The identifying columns of a row, known before anything runs (failure rows use them too)."""
+    s = cfg.settings
+    return {
+        "study": cfg.study, "run_id": cfg.run_id, "machine": machine, "hardware": cfg.hardware,
+        "device_name": None, "model": cfg.model, "dataset": s.dataset, "image_size": s.image_size,
+        "batch_size": cfg.batch_size, "variant": s.variant, "precision": s.precision,
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "seed": s.seed, "status": "ok", "error": None, "optimizer": s.optimizer, "lr": s.lr,
+        "epochs": s.epochs, "pretrained": s.pretrained, "freeze_backbone": s.freeze_backbone,
+        "num_workers": s.num_workers, "memory_format": "nchw", "compile": "off",
+        "tf32": bool(torch.backends.cuda.matmul.allow_tf32), "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "benchlib_version": __version__, "started_utc": _now(),
+        **{c: None for c in ("train_steps", "train_step_s_median", "train_step_s_iqr", "train_samples_per_s",
+                             "epoch_s", "val_samples_per_s", "train_accuracy", "test_accuracy", "latency_ms_p50",
+                             "latency_ms_p90", "latency_ms_p99", "batch_latency_ms_p50", "infer_samples_per_s",
+                             "peak_rss_bytes", "peak_cuda_allocated_bytes", "params")},
+    }
+
+
+def measure(cfg: RunConfig, *, machine: str | None = None,
+            progress: ProgressFn | None = None) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Train, evaluate and time one configuration; return (row, raw samples by series)."""
+    s = cfg.settings
+    device = torch.device(resolve_hardware(cfg.hardware))
+    row = base_row(cfg, machine or machine_name())
+    row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
+    row["device_name"] = device_name(device)
+    t_start = time.perf_counter()
+    seed_everything(s.seed)
+    memory = PeakMemory(device).start()
+    loaders = build_loaders(s, cfg.batch_size, device)
+    model = build_model(cfg.model, loaders.num_classes, pretrained=s.pretrained,
+                        freeze_backbone=s.freeze_backbone, weights_path=s.weights_path).to(device)
+    params, trainable = count_parameters(model)
+    per_epoch = batches_per_epoch(loaders.train, s.max_train_batches)
+    if per_epoch < 1:
+        raise ValueError(f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples")
+    if progress:
+        progress(f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
+    trained = train(model, loaders.train, device, s, per_epoch, progress=progress)
+    test = evaluate(model, loaders.test, device)
+    batch1 = example_batch(loaders.test, 1, device)
+    batch_n = example_batch(loaders.test, cfg.batch_size, device)
+    lat1 = measure_latency(model, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+    latn = measure_latency(model, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+    mem = memory.stop()
+
+    steps = Samples.of(trained.step_s)
+    epochs = Samples.of(trained.epoch_s)
+    waits = Samples.of(trained.data_wait_s)
+    synthetic = loaders.synthetic
+    row.update({
+        "synthetic": synthetic, "num_classes": loaders.num_classes, "train_samples": loaders.train_samples,
+        "test_samples": loaders.test_samples, "batches_per_epoch": per_epoch, "warmup_steps": s.warmup_steps,
+        "train_steps": steps.n, "train_steps_total": trained.total_steps,
+        "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
+        "train_samples_per_s": trained.timed_samples / steps.total if steps.total > 0 else math.nan,
+        "data_wait_s_total": waits.total,
+        "data_wait_fraction": waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan,
+        "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
+        "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
+        "train_accuracy": None if synthetic else trained.train_accuracy,
+        "test_accuracy": None if synthetic else test.accuracy,
+        "final_loss": trained.final_loss, "loss_finite": trained.loss_finite,
+        "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
+        "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
+        "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
+        "batch_latency_ms_p99": _ms(latn.percentile(99)), "batch_latency_noisy": latn.noisy,
+        "infer_samples_per_s": cfg.batch_size / latn.median if latn.median > 0 else math.nan,
+        "rss_baseline_bytes": mem.rss_baseline_bytes, "peak_rss_bytes": mem.peak_rss_bytes,
+        "peak_rss_above_baseline_bytes": mem.peak_rss_above_baseline_bytes, "peak_rss_source": mem.peak_rss_source,
+        "peak_cuda_allocated_bytes": mem.peak_cuda_allocated_bytes,
+        "peak_cuda_reserved_bytes": mem.peak_cuda_reserved_bytes,
+        "mps_allocated_bytes": mem.mps_allocated_bytes, "mps_driver_allocated_bytes": mem.mps_driver_allocated_bytes,
+        "params": params, "params_trainable": trainable, "step_sync": "per-step" if trained.sync_per_step else "region",
+        "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": _now(),
+    })
+    if not trained.loss_finite:
+        row["status"], row["error"] = "unstable", "non-finite training loss"
+    samples = {"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
+               "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,
+               "latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
+    return row, samples
+
+
+def failure_row(cfg: RunConfig, exc: BaseException, machine: str | None = None) -> dict[str, Any]:
+    """A row that records why a configuration produced no measurement."""
+    row = base_row(cfg, machine or machine_name())
+    oom = isinstance(exc, torch.OutOfMemoryError) if hasattr(torch, "OutOfMemoryError") else False
+    row["status"] = "oom" if oom else "failed"
+    row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    row["finished_utc"] = _now()
+    return row
+
+
+def _print_progress(msg: str) -> None:
+    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+
+
+def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _print_progress) -> dict[str, Any]:
+    """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead."""
+    manifest = collect_manifest()
+    mid = manifest_id(manifest)
+    write_manifest(results_dir, manifest, mid)
+    try:
+        row, samples = measure(cfg, machine=manifest["machine"], progress=progress)
+    except Exception as exc:  # a failed configuration is data: record it and let the study go on
+        if progress:
+            progress(f"{cfg.run_id} failed: {type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stderr)
+        row, samples = failure_row(cfg, exc, manifest["machine"]), {}
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    row["manifest_id"] = mid
+    write_row(results_dir, row, samples)
+    return row
+
+
+def settings_from_namespace(namespace: Mapping[str, Any], where: str = "notebook parameters") -> RunSettings:
+    """RunSettings from the variables a papermill ``parameters`` cell defined (validated)."""
+    return settings_from_mapping({k: namespace[k] for k in setting_names() if k in namespace}, where)
+
+
+def run_pair(study: str, hardware: str, model: str, batch_sizes: list[int], settings: RunSettings,
+             results_dir: str | Path) -> list[dict[str, Any]]:
+    """Measure every batch size of one hardware/model pair and record each row as it finishes."""
+    out = Path(results_dir)
+    rows = []
+    for i, b in enumerate(batch_sizes, 1):
+        _print_progress(f"{hardware}/{model}: configuration {i}/{len(batch_sizes)} (batch {b})")
+        rows.append(record(RunConfig(study, hardware, model, b, settings), out))
+    return rows
