@@ -63,15 +63,27 @@ def pretrained_cache_path(name: str) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / filename
 
 
+def _load_weights_file(path: Path, name: str) -> dict[str, torch.Tensor]:
+    """Load a state_dict with ``weights_only=True``: a checkpoint never runs code."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WeightsUnavailableError(f"weights file '{path}' cannot be loaded as a plain state_dict (weights_only=True): {first}") from exc
+    if not isinstance(state, dict):
+        raise WeightsUnavailableError(f"weights file '{path}' holds a {type(state).__name__}, not a state_dict of {name}")
+    return state
+
+
 def _pretrained_state_dict(name: str, weights_path: str | None) -> dict[str, torch.Tensor]:
     if weights_path:
         path = Path(weights_path)
         if not path.is_file():
             raise WeightsUnavailableError(f"weights_path '{path}' does not exist: give a .pth state_dict of {name}")
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return _load_weights_file(path, name)
     cached = pretrained_cache_path(name)
     if cached.is_file():
-        return torch.load(cached, map_location="cpu", weights_only=True)
+        return _load_weights_file(cached, name)
     weights = torchvision.models.get_model_weights(name).DEFAULT
     try:
         return torch.hub.load_state_dict_from_url(weights.url, progress=False, map_location="cpu", weights_only=True)
@@ -103,7 +115,10 @@ def build_model(
     if not pretrained:
         return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     model = torchvision.models.get_model(name, weights=None)
-    model.load_state_dict(_pretrained_state_dict(name, weights_path))
+    try:
+        model.load_state_dict(_pretrained_state_dict(name, weights_path))
+    except RuntimeError as exc:  # keys or shapes of another architecture
+        raise WeightsUnavailableError(f"weights for {name} do not fit the model: {str(exc).splitlines()[0]}") from exc
     replace_head(model, name, num_classes)
     if freeze_backbone:
         head = {id(p) for p in head_parameters(model, name)}

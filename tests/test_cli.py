@@ -1,0 +1,37 @@
+"""The command line: run --json, env --json, python -m benchlib."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from benchlib.cli import main
+from benchlib.results import ROW_COLUMNS
+
+
+def test_run_json_prints_one_row(capsys, tmp_path):
+    code = main(["run", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "16",
+                 "--steps", "2", "--set", "train_subset=64", "--set", "test_subset=32", "--set", "warmup_steps=1",
+                 "--set", "latency_repeats=3", "--set", "infer_warmup_batches=1",
+                 "--results-dir", str(tmp_path), "--json"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(out) == 1
+    row = json.loads(out[0])
+    assert set(ROW_COLUMNS) <= set(row)
+    assert row["batch_size"] == 16 and row["train_steps"] == 2 and row["status"] == "ok"
+    assert len(list((tmp_path / "rows").glob("*.json"))) == 1
+
+
+def test_env_json(capsys):
+    assert main(["env", "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    for key in ("torch", "torchvision", "python", "cpu_model", "cpus_usable", "torch_num_threads",
+                "tf32_matmul", "cudnn_benchmark", "cuda_available", "benchlib_version", "git_commit"):
+        assert key in manifest
+
+
+def test_python_dash_m_and_exit_code():
+    proc = subprocess.run([sys.executable, "-m", "benchlib", "study", "/nonexistent.yaml"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "benchlib: error: /nonexistent.yaml: params file not found; give a YAML file such as params/default.yaml"

@@ -1,0 +1,149 @@
+"""Config validation: every bad input is refused before work starts, with one line and exit code 2."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from benchlib.cli import main
+from benchlib.config import RunSettings, load_study, settings_from_mapping
+from benchlib.errors import ConfigError
+
+GOOD = {
+    "study": "t", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [16], "dataset": "digits",
+}
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "study.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def _yaml(mapping: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(mapping)
+
+
+def test_default_study_loads():
+    cfg = load_study("params/default.yaml")
+    assert cfg.study == "default"
+    assert cfg.models == ("resnet18", "mobilenet_v2")
+    assert cfg.pairs() == [("cpu", "resnet18"), ("cpu", "mobilenet_v2")]
+    assert [c.batch_size for c in cfg.configs("cpu", "resnet18")] == [64]
+    assert cfg.settings.image_size == 32 and cfg.settings.dataset == "digits"
+
+
+def test_papers_studies_parse_without_devices_or_data(tmp_path):
+    """The paper files are valid apart from what this machine lacks (GPU, data sets)."""
+    import yaml
+
+    from benchlib.config import parse_study
+
+    for name in ("gyawali-densenet121-catsdogs", "loe-cifar10", "tambe-tinyimagenet"):
+        raw = yaml.safe_load(Path(f"params/{name}.yaml").read_text())
+        with pytest.raises(ConfigError, match="data_path"):
+            parse_study(raw, name, check_devices=False)
+
+
+def test_grid_expands_hardware_model_batch():
+    from benchlib.config import parse_study
+
+    cfg = parse_study({**GOOD, "models": ["resnet18", "squeezenet1_1"], "batch_sizes": [8, 16]}, "x")
+    assert len(cfg.all_configs()) == 4
+    assert len({c.run_id for c in cfg.all_configs()}) == 4
+
+
+BAD_STUDIES = [
+    ({**GOOD, "batchsize": 3}, "unknown key 'batchsize' (did you mean 'batch_sizes'?)"),
+    ({**GOOD, "batch_sizes": [0]}, "key 'batch_sizes' has 0; allowed: integers >= 1"),
+    ({**GOOD, "batch_sizes": [-4]}, "key 'batch_sizes' has -4"),
+    ({**GOOD, "batch_sizes": [4096]}, "larger than the 1437 training samples"),
+    ({**GOOD, "batch_sizes": ["big"]}, "key 'batch_sizes' has 'big' (str)"),
+    ({**GOOD, "batch_sizes": []}, "key 'batch_sizes' is an empty list"),
+    ({**GOOD, "batch_sizes": [16, 16]}, "lists a value twice"),
+    ({**GOOD, "models": ["resnet19"]}, "key 'models' has 'resnet19'; allowed: resnet18, resnet50"),
+    ({**GOOD, "hardware": ["gpu"]}, "key 'hardware' has 'gpu'; allowed: cpu, cuda, cuda:N, mps, auto"),
+    ({**GOOD, "hardware": ["cuda:7"]}, "hardware 'cuda:7' is not present on this machine; available:"),
+    ({**GOOD, "dataset": "imagenet"}, "key 'dataset' is 'imagenet'; allowed: one of: digits, synthetic"),
+    ({**GOOD, "dataset": "cifar10"}, "key 'data_path' is missing; dataset 'cifar10' needs"),
+    ({**GOOD, "dataset": "cifar10", "data_path": "/nonexistent/cifar"}, "/nonexistent/cifar"),
+    ({**GOOD, "lr": 0}, "key 'lr' is 0.0; allowed: a number > 0.0"),
+    ({**GOOD, "lr": "fast"}, "key 'lr' is 'fast' (str); allowed: a number"),
+    ({**GOOD, "epochs": 1.5}, "key 'epochs' is 1.5 (float); allowed: an integer"),
+    ({**GOOD, "epochs": True}, "key 'epochs' is True (bool)"),
+    ({**GOOD, "momentum": 1.0}, "key 'momentum' is 1.0; allowed: a number >= 0.0 and < 1.0"),
+    ({**GOOD, "image_size": 4}, "key 'image_size' is 4; allowed: an integer >= 8"),
+    ({**GOOD, "optimizer": "rmsprop"}, "allowed: one of: sgd, adam"),
+    ({**GOOD, "pin_memory": "yes"}, "key 'pin_memory' is 'yes' (str); allowed: true or false"),
+    ({**GOOD, "freeze_backbone": True}, "key 'freeze_backbone' is true but 'pretrained' is false"),
+    ({**GOOD, "persistent_workers": True}, "persistent_workers only with num_workers >= 1"),
+    ({**GOOD, "epochs": None}, "key 'epochs' must not be empty"),
+    ({**GOOD, "study": "../escape"}, "key 'study' is '../escape'"),
+    ({**GOOD, "precision": "fp8"}, "key 'precision' is 'fp8'; allowed: one of: fp32"),
+    ({k: v for k, v in GOOD.items() if k != "models"}, "key 'models' is missing"),
+    ({**GOOD, "threads": 0}, "key 'threads' is 0; allowed: an integer >= 1"),
+]
+
+
+@pytest.mark.parametrize("mapping,message", BAD_STUDIES, ids=[m for _, m in BAD_STUDIES])
+def test_bad_study_files_exit_2_with_one_line(tmp_path, capsys, mapping, message):
+    path = _write(tmp_path, _yaml(mapping))
+    results = tmp_path / "results"
+    code = main(["study", str(path), "--results-root", str(results), "--reports-root", str(tmp_path / "reports")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert str(path) in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not results.exists(), "no work may start on bad input"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("study: [unclosed\n", "not valid YAML at line"),
+    ("- just\n- a list\n", "expected a mapping of keys at the top level, got list"),
+    ("", "expected a mapping of keys at the top level, got NoneType"),
+    ("study: t\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\nlr: !!python/object/apply:os.system ['true']\n",
+     "not valid YAML"),
+])
+def test_malformed_yaml(tmp_path, capsys, text, message):
+    path = _write(tmp_path, text)
+    assert main(["study", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_params_file(tmp_path, capsys):
+    assert main(["study", str(tmp_path / "nope.yaml")]) == 2
+    assert "params file not found" in capsys.readouterr().err
+
+
+def test_debug_shows_traceback(tmp_path):
+    path = _write(tmp_path, _yaml({**GOOD, "batch_sizes": [0]}))
+    with pytest.raises(ConfigError):
+        main(["--debug", "study", str(path)])
+
+
+def test_settings_types_are_coerced():
+    s = settings_from_mapping({"lr": 1, "weight_decay": 0}, "x")
+    assert isinstance(s.lr, float) and s.lr == 1.0
+    assert s == RunSettings(lr=1.0, weight_decay=0.0)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--model", "vgg16"], "--model 'vgg16' is unknown; allowed: resnet18"),
+    (["run", "--model", "resnet18", "--batch-size", "0"], "--batch-size 0; allowed: integers >= 1"),
+    (["run", "--model", "resnet18", "--device", "cuda"], "hardware 'cuda' is not present"),
+    (["run", "--model", "resnet18", "--device", "tpu"], "unknown hardware 'tpu'; allowed: cpu, cuda, cuda:N, mps, auto"),
+    (["run", "--model", "resnet18", "--data", "tinyimagenet"], "key 'data_path' is missing"),
+    (["run", "--model", "resnet18", "--data", "imagefolder", "--data-path", "/no/such/dir"], "/no/such/dir"),
+    (["run", "--model", "resnet18", "--set", "lr"], "--set 'lr': expected KEY=VALUE"),
+    (["run", "--model", "resnet18", "--set", "colour=red"], "unknown key 'colour'"),
+    (["run", "--model", "resnet18", "--steps", "0"], "key 'train_steps' is 0"),
+    (["report", "/no/such/results"], "results folder '/no/such/results' has no rows/ folder"),
+])
+def test_bad_command_lines(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

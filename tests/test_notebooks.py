@@ -1,0 +1,74 @@
+"""Notebooks: committed clean, parameters in step with the config, and a tiny study through papermill."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+import yaml
+
+from benchlib.cli import main
+from benchlib.config import RunSettings
+from benchlib.results import read_results
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb"])
+def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code)
+    assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1
+
+
+def test_benchmark_parameters_match_run_settings():
+    declared = papermill.inspect_notebook(str(NOTEBOOKS / "benchmark.ipynb"))
+    settings = {f.name: f.default for f in dataclasses.fields(RunSettings)}
+    grid = {"study", "hardware", "model", "batch_sizes", "results_dir", "figures_dir"}
+    assert set(declared) == set(settings) | grid
+    for name, default in settings.items():
+        assert declared[name]["default"] == repr(default), name
+
+
+def test_notebook_cells_stay_thin():
+    """Every code cell is a few lines that call benchlib: no logic lives only in a notebook."""
+    for name in ("benchmark.ipynb", "summary.ipynb"):
+        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and "parameters" not in cell.metadata.get("tags", []):
+                lines = [ln for ln in cell.source.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+                assert len(lines) <= 6, cell.source
+                assert not any(ln.lstrip().startswith(("def ", "class ", "for ", "while ")) for ln in lines)
+
+
+@pytest.mark.notebook
+def test_tiny_study_through_papermill(tmp_path):
+    params = tmp_path / "tiny.yaml"
+    params.write_text(yaml.safe_dump({
+        "study": "tiny", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"], "batch_sizes": [8, 16],
+        "dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
+        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1,
+    }))
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    code = main(["study", str(params), "--results-root", str(results), "--reports-root", str(reports)])
+    assert code == 0
+    df = read_results([results / "tiny"])
+    assert len(df) == 4
+    assert set(zip(df["model"], df["batch_size"])) == {(m, b) for m in ("squeezenet1_1", "resnet18") for b in (8, 16)}
+    assert (df["status"] == "ok").all()
+    assert (df["train_steps"] == 2).all()
+    assert (results / "tiny" / "results.csv").exists()
+    runs = reports / "tiny" / "runs"
+    assert {p.name for p in runs.glob("*.ipynb")} == {"cpu__squeezenet1_1.ipynb", "cpu__resnet18.ipynb"}
+    assert len(list(runs.glob("*.html"))) == 2
+    summary = (reports / "tiny" / "summary.html").read_text()
+    assert "Cross-device speedup" in summary and "squeezenet1_1" in summary
+    assert "views.pair_table" not in summary, "published HTML hides the code"
+    assert (reports / "tiny" / "figures" / "train_samples_per_s.png").stat().st_size > 1000
+    index = (reports / "index.html").read_text()
+    assert 'href="tiny/summary.html"' in index and 'href="tiny/runs/cpu__resnet18.html"' in index
+    executed = nbformat.read(runs / "cpu__resnet18.ipynb", as_version=4)
+    assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))

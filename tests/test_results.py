@@ -1,0 +1,98 @@
+"""Results files: atomic, one row per configuration, merged across folders, corrupt files skipped."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from benchlib.results import ROW_COLUMNS, atomic_write_text, read_results, write_row, write_table
+
+
+def _row(**kw):
+    row = {c: None for c in ROW_COLUMNS}
+    row.update(study="s", run_id="cpu__resnet18__bs8__default__fp32__seed0", machine="m1", hardware="cpu",
+               model="resnet18", batch_size=8, status="ok", train_samples_per_s=100.0, finished_utc="2026-01-01T00:00:00")
+    row.update(kw)
+    return row
+
+
+def test_write_and_read_row(tmp_path):
+    path = write_row(tmp_path, _row(), {"train_step_s": [0.1, 0.2]})
+    assert path.parent.name == "rows"
+    df = read_results([tmp_path])
+    assert len(df) == 1 and df.loc[0, "train_samples_per_s"] == 100.0
+    assert list(df.columns[: len(ROW_COLUMNS)]) == list(ROW_COLUMNS)
+    samples = (tmp_path / "samples").glob("*.csv")
+    assert len(list(samples)) == 1
+
+
+def test_row_missing_columns_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="lacks columns"):
+        write_row(tmp_path, {"study": "s"})
+
+
+def test_nan_is_written_as_null(tmp_path):
+    path = write_row(tmp_path, _row(epoch_s=float("nan")))
+    assert json.loads(path.read_text())["epoch_s"] is None
+
+
+def test_merge_several_machines_and_dedupe(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_row(a, _row(machine="m1"))
+    write_row(b, _row(machine="m2", train_samples_per_s=300.0))
+    df = read_results([a, b, b])  # b imported twice counts once
+    assert sorted(df["machine"]) == ["m1", "m2"]
+    write_row(a, _row(machine="m1", train_samples_per_s=150.0, finished_utc="2026-02-01T00:00:00"))
+    df = read_results([a, b])
+    assert df.set_index("machine").loc["m1", "train_samples_per_s"] == 150.0
+
+
+def test_corrupt_file_is_skipped_with_warning(tmp_path):
+    write_row(tmp_path, _row())
+    (tmp_path / "rows" / "broken.json").write_text('{"study": "s", "run_')
+    (tmp_path / "rows" / "foreign.json").write_text('[1, 2, 3]')
+    with pytest.warns(UserWarning, match="broken.json"):
+        df = read_results([tmp_path])
+    assert len(df) == 1
+
+
+def test_write_table(tmp_path):
+    write_row(tmp_path, _row())
+    write_row(tmp_path, _row(run_id="other"))
+    table = write_table(tmp_path)
+    assert table.read_text().count("\n") == 3
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    import benchlib.results as r
+    stage = sys.argv[2]
+    if stage == "replace":
+        os.replace = lambda *a: (print("ready", flush=True), time.sleep(60))
+    else:
+        os.fsync = lambda fd: (print("ready", flush=True), time.sleep(60))
+    r.atomic_write_text(Path(sys.argv[1]), "NEW" * 1_000_000)
+""")
+
+
+@pytest.mark.parametrize("stage", ["write", "replace"])
+def test_killed_writer_leaves_old_file_intact(tmp_path, stage):
+    target = tmp_path / "rows" / "row.json"
+    atomic_write_text(target, '{"old": true}\n')
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(target), stage], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert json.loads(target.read_text()) == {"old": True}
+    leftovers = [p for p in target.parent.iterdir() if p.name != "row.json"]
+    assert all(p.name.endswith(".tmp") for p in leftovers)

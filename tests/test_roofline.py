@@ -1,0 +1,242 @@
+"""Tests for benchlib.roofline: structure and invariants of measured ceilings, the roof, datasheet, files.
+
+Timing figures themselves are never asserted (they belong in benchmarks): only that they exist, are
+finite and positive, and are consistent with each other.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchlib import roofline as rl
+
+SMALL = {"matmul_size": 256, "copy_bytes": 8 * 2**20, "repeats": 3, "warmup": 1}
+PEAK_FLOPS_PER_S = 100e12
+BANDWIDTH_BYTES_PER_S = 2e12
+RIDGE = PEAK_FLOPS_PER_S / BANDWIDTH_BYTES_PER_S  # 50 FLOP/byte
+
+
+@pytest.fixture(scope="module")
+def cpu_ceilings() -> dict:
+    return rl.measure_ceilings("cpu", **SMALL)
+
+
+def _positive_finite(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Measured ceilings
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_cpu_ceilings_are_finite_positive_and_complete(cpu_ceilings: dict) -> None:
+    c = cpu_ceilings
+    assert c["device"] == "cpu" and c["device_name"]
+    assert "fp32" in c["peak_flops_per_s"]
+    assert "tf32" not in c["peak_flops_per_s"]  # a CUDA-only mode never appears on a CPU
+    assert all(_positive_finite(v) for v in c["peak_flops_per_s"].values())
+    assert _positive_finite(c["bandwidth_bytes_per_s"])
+    assert c["matmul_size"] == 256 and c["copy_bytes"] == 8 * 2**20 and c["repeats"] == 3
+    assert c["threads"] == torch.get_num_threads()
+    assert c["measured_utc"].endswith("+00:00") and "2*n^3" in c["method"]
+
+
+def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: dict) -> None:
+    c = cpu_ceilings
+    expected_keys = {f"matmul_{d}_s" for d in c["peak_flops_per_s"]} | {"copy_s"}
+    assert set(c["samples"]) == expected_keys == set(c["iqr_over_median"])
+    for values in c["samples"].values():
+        assert len(values) == 3 and all(_positive_finite(v) for v in values)
+    for dtype, peak in c["peak_flops_per_s"].items():
+        median_s = sorted(c["samples"][f"matmul_{dtype}_s"])[1]
+        assert peak == pytest.approx(2 * 256**3 / median_s)
+    assert c["bandwidth_bytes_per_s"] == pytest.approx(2 * 8 * 2**20 / sorted(c["samples"]["copy_s"])[1])
+    assert all(v >= 0 for v in c["iqr_over_median"].values())
+
+
+def test_ridge_point_is_peak_over_bandwidth(cpu_ceilings: dict) -> None:
+    c = cpu_ceilings
+    assert set(c["ridge_point_flops_per_byte"]) == set(c["peak_flops_per_s"])
+    for dtype, ridge in c["ridge_point_flops_per_byte"].items():
+        assert ridge == pytest.approx(c["peak_flops_per_s"][dtype] / c["bandwidth_bytes_per_s"])
+
+
+def test_ceilings_are_json_ready(cpu_ceilings: dict) -> None:
+    assert json.loads(json.dumps(cpu_ceilings, allow_nan=False)) == cpu_ceilings
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="tf32"):
+        rl.measure_ceilings("cpu", dtypes=["tf32"], **SMALL)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        rl.measure_ceilings("cpu", dtypes=["fp8"], **SMALL)
+    with pytest.raises(ValueError, match="repeats"):
+        rl.measure_ceilings("cpu", dtypes=["fp32"], matmul_size=64, copy_bytes=1024, repeats=0)
+
+
+def test_tf32_switch_restores_the_legacy_flag() -> None:
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    with rl._tf32_matmul(not before):
+        assert matmul.allow_tf32 == (not before)
+    assert matmul.allow_tf32 == before
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch without fp32_precision")
+def test_tf32_switch_follows_the_new_api_when_the_caller_uses_it() -> None:
+    matmul = torch.backends.cuda.matmul
+    try:
+        matmul.fp32_precision = "ieee"
+        with rl._tf32_matmul(True):
+            assert matmul.fp32_precision == "tf32"
+        assert matmul.fp32_precision == "ieee"
+    finally:
+        matmul.fp32_precision = "none"  # back to "never set", so the legacy flag reads again
+    assert matmul.allow_tf32 in (True, False)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The roof
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_roof_is_bandwidth_bound_left_of_the_ridge_and_flat_right_of_it() -> None:
+    left, right = RIDGE / 10, RIDGE * 10
+    assert rl.roof_flops_per_s(left, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == pytest.approx(left * BANDWIDTH_BYTES_PER_S)
+    assert rl.roof_flops_per_s(left, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) < PEAK_FLOPS_PER_S
+    assert rl.roof_flops_per_s(right, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == PEAK_FLOPS_PER_S
+    assert rl.roof_flops_per_s(RIDGE, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == pytest.approx(PEAK_FLOPS_PER_S)
+    assert rl.ridge_point_flops_per_byte(PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == pytest.approx(RIDGE)
+
+
+def test_roof_fraction_and_above_roof() -> None:
+    intensity = RIDGE / 10  # roof here is 10 TFLOP/s
+    below = rl.roof_fraction(4e12, intensity, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S)
+    above = rl.roof_fraction(30e12, intensity, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S)
+    assert below == pytest.approx(0.4) and 0 < below <= 1
+    assert above == pytest.approx(3.0) and above > 1
+    assert not rl.above_roof(4e12, intensity, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S)
+    assert rl.above_roof(30e12, intensity, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S)
+    # within tolerance of the roof is timing noise, not a bug
+    assert not rl.above_roof(10.3e12, intensity, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S)
+    assert rl.above_roof(10.3e12, intensity, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S, tolerance=1.01)
+
+
+def test_roof_refuses_non_positive_inputs() -> None:
+    with pytest.raises(ValueError):
+        rl.roof_flops_per_s(0.0, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S)
+    with pytest.raises(ValueError):
+        rl.roof_fraction(1e12, 1.0, PEAK_FLOPS_PER_S, math.nan)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Datasheet
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_datasheet_entries_have_positive_numbers_and_a_source() -> None:
+    assert len(rl.DATASHEET) >= 10
+    for name, entry in rl.DATASHEET.items():
+        assert entry["source"].startswith("vendor datasheet"), name
+        assert entry["peak_flops_per_s"] and set(entry["peak_flops_per_s"]) <= {"fp32", "tf32", "fp16", "bf16"}, name
+        assert all(_positive_finite(float(v)) for v in entry["peak_flops_per_s"].values()), name
+        assert _positive_finite(float(entry["bandwidth_bytes_per_s"])), name
+
+
+def test_datasheet_figures_are_dense_not_sparse() -> None:
+    a100 = rl.DATASHEET["NVIDIA A100 (SXM4 80GB)"]["peak_flops_per_s"]
+    h100 = rl.DATASHEET["NVIDIA H100 (SXM5)"]["peak_flops_per_s"]
+    assert a100["bf16"] == pytest.approx(312e12) and a100["tf32"] == pytest.approx(156e12)
+    assert h100["bf16"] == pytest.approx(989.4e12) and h100["tf32"] == pytest.approx(494.7e12)
+
+
+@pytest.mark.parametrize("torch_name, key", [
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 (SXM5)"),
+    ("Tesla T4", "NVIDIA T4"),
+    ("NVIDIA H200", "NVIDIA H200 (SXM)"),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 (SXM4 80GB)"),
+    ("Tesla V100-SXM2-16GB", "NVIDIA V100 (SXM2)"),
+    ("Tesla P100-PCIE-16GB", "NVIDIA P100 (PCIe 16GB)"),
+    ("NVIDIA L4", "NVIDIA L4"),
+    ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
+    ("NVIDIA GeForce GTX 1660 Ti", "NVIDIA GeForce GTX 1660 Ti"),
+    ("Apple M2", "Apple M2"),
+])
+def test_datasheet_for_matches_torch_device_names(torch_name: str, key: str) -> None:
+    entry = rl.datasheet_for(torch_name)
+    assert entry is not None and entry["name"] == key
+    assert entry["peak_flops_per_s"] == rl.DATASHEET[key]["peak_flops_per_s"]
+
+
+@pytest.mark.parametrize("torch_name", [
+    "Some Unknown Accelerator", "AMD EPYC", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB",
+    "NVIDIA L40S", "NVIDIA GeForce RTX 3090 Ti", "Apple M1 Max",
+])
+def test_datasheet_for_unknown_or_sibling_parts_gives_none(torch_name: str) -> None:
+    assert rl.datasheet_for(torch_name) is None
+
+
+def test_datasheet_for_returns_a_copy() -> None:
+    entry = rl.datasheet_for("Tesla T4")
+    assert entry is not None
+    entry["peak_flops_per_s"]["fp32"] = 1.0
+    assert rl.DATASHEET["NVIDIA T4"]["peak_flops_per_s"]["fp32"] == pytest.approx(8.1e12)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_save_load_round_trip_and_corrupt_file_is_skipped(cpu_ceilings: dict, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCHLIB_MACHINE", "box one")
+    path = rl.save_ceilings(cpu_ceilings, tmp_path)
+    assert path == tmp_path / "ceilings" / "box-one__cpu.json"
+    assert not list(path.parent.glob("*.tmp"))
+    (path.parent / "other__cuda-0.json").write_text("{not json", encoding="utf-8")
+    (path.parent / "foreign__cpu.json").write_text(json.dumps({"hello": 1}), encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+
+    with pytest.warns(UserWarning) as record:
+        loaded = rl.load_ceilings([tmp_path, tmp_path / "empty"])
+    messages = " ".join(str(w.message) for w in record)
+    assert "other__cuda-0.json" in messages and "foreign__cpu.json" in messages
+
+    assert len(loaded) == 1
+    got = loaded[0]
+    assert got["machine"] == "box one" and got["path"] == str(path)
+    assert {k: v for k, v in got.items() if k not in ("machine", "path")} == cpu_ceilings
+
+
+def test_load_ceilings_refuses_a_missing_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        rl.load_ceilings([tmp_path / "nope"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_ceilings_all_four_dtypes_and_tf32_flag_restored() -> None:
+    before = torch.backends.cuda.matmul.allow_tf32
+    c = rl.measure_ceilings("cuda", dtypes=["fp32", "tf32", "fp16", "bf16"], matmul_size=4096,
+                            copy_bytes=256 * 2**20, repeats=3, warmup=1)
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert c["device"] == f"cuda:{torch.cuda.current_device()}"
+    assert c["device_name"] == torch.cuda.get_device_name()
+    assert set(c["peak_flops_per_s"]) == {"fp32", "tf32", "fp16", "bf16"}
+    assert all(_positive_finite(v) for v in c["peak_flops_per_s"].values())
+    assert _positive_finite(c["bandwidth_bytes_per_s"])
+    assert all(len(v) == 3 for v in c["samples"].values())
+    # tensor-core half precision outruns plain fp32 on every GPU that has tensor cores
+    if torch.cuda.get_device_capability() >= (8, 0):
+        assert c["peak_flops_per_s"]["fp16"] > c["peak_flops_per_s"]["fp32"]

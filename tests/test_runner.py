@@ -1,0 +1,90 @@
+"""One configuration measured end to end on a tiny set-up: structure, units and invariants of the row."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from benchlib.config import RunConfig
+from benchlib.results import ROW_COLUMNS, read_results
+from benchlib.runner import measure, record
+
+
+@pytest.fixture(scope="module")
+def measured():
+    from benchlib.config import RunSettings
+    from conftest import TINY
+
+    cfg = RunConfig("t", "cpu", "squeezenet1_1", 16, RunSettings(**TINY))
+    return cfg, *measure(cfg, machine="m")
+
+
+def test_row_has_every_column(measured):
+    _, row, _ = measured
+    assert set(ROW_COLUMNS) <= set(row)
+    assert row["status"] == "ok" and row["error"] is None
+
+
+def test_steps_and_warmup_are_counted_apart(measured):
+    cfg, row, samples = measured
+    assert row["train_steps"] == 3 == len(samples["train_step_s"])
+    assert len(samples["warmup_step_s"]) == cfg.settings.warmup_steps
+    assert row["train_steps_total"] == 4
+
+
+def test_timing_invariants(measured):
+    _, row, samples = measured
+    assert 0 < row["latency_ms_p50"] <= row["latency_ms_p90"] <= row["latency_ms_p99"]
+    assert row["train_step_s_iqr"] >= 0
+    assert row["train_samples_per_s"] == pytest.approx(16 * 3 / sum(samples["train_step_s"]))
+    assert row["infer_samples_per_s"] == pytest.approx(16 / (row["batch_latency_ms_p50"] / 1000))
+    assert len(samples["latency_s"]) == 5
+
+
+def test_accuracy_and_memory(measured):
+    _, row, _ = measured
+    assert 0.0 <= row["train_accuracy"] <= 1.0 and 0.0 <= row["test_accuracy"] <= 1.0
+    assert row["peak_rss_bytes"] > row["rss_baseline_bytes"] > 0
+    assert row["peak_cuda_allocated_bytes"] is None
+    assert row["params"] == row["params_trainable"] > 0
+    assert row["threads"] >= 1
+
+
+def test_epoch_time_only_from_full_epochs(measured):
+    _, row, _ = measured
+    # 128 training samples at batch 16 is 8 batches; 4 steps never complete an epoch
+    assert row["batches_per_epoch"] == 8 and math.isnan(row["epoch_s"])
+
+
+def test_full_epochs_and_synthetic_data(tiny_settings):
+    s = dataclasses.replace(tiny_settings, dataset="synthetic", synthetic_samples=64, train_steps=None, epochs=2)
+    row, samples = measure(RunConfig("t", "cpu", "squeezenet1_1", 16, s), machine="m")
+    assert row["synthetic"] is True
+    assert row["train_accuracy"] is None and row["test_accuracy"] is None
+    assert row["epochs_timed"] == 2 and len(samples["epoch_s"]) == 2
+    assert row["train_steps"] == 2 * 4 - s.warmup_steps
+
+
+def test_record_writes_row_samples_and_manifest(tmp_path, tiny_settings):
+    row = record(RunConfig("t", "cpu", "squeezenet1_1", 16, tiny_settings), tmp_path, progress=None)
+    df = read_results([tmp_path])
+    assert len(df) == 1 and df.loc[0, "run_id"] == row["run_id"]
+    manifest = json.loads((tmp_path / "manifests" / f"{row['manifest_id']}.json").read_text())
+    assert manifest["torch"] and manifest["cpus_usable"] >= 1
+    samples = pd.read_csv(next((tmp_path / "samples").glob("*.csv")))
+    assert set(samples["series"]) >= {"train_step_s", "latency_s", "batch_latency_s"}
+
+
+def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
+    import benchlib.runner as runner
+
+    def boom(*a, **k):
+        raise RuntimeError("kaboom\nsecond line")
+
+    monkeypatch.setattr(runner, "train", boom)
+    row = record(RunConfig("t", "cpu", "squeezenet1_1", 16, tiny_settings), tmp_path, progress=None)
+    assert row["status"] == "failed" and row["error"] == "RuntimeError: kaboom"
+    assert read_results([tmp_path]).loc[0, "status"] == "failed"

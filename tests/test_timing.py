@@ -1,0 +1,68 @@
+"""Timing statistics keep their samples and derive consistent figures from them."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+from benchlib.timing import RegionClock, Samples, StepTimer
+
+
+@pytest.mark.parametrize("values", [[0.1, 0.2, 0.3, 5.0], [1.0], [0.5] * 10, list(range(1, 101))])
+def test_percentiles_are_ordered_and_iqr_non_negative(values):
+    s = Samples.of(values)
+    assert s.percentile(50) <= s.percentile(90) <= s.percentile(99)
+    assert s.iqr >= 0
+    assert s.n == len(values)
+    assert s.total == pytest.approx(sum(values))
+
+
+def test_median_and_iqr_values():
+    s = Samples.of([1, 2, 3, 4, 5])
+    assert s.median == 3
+    assert s.iqr == pytest.approx(2.0)
+
+
+def test_noise_flag_follows_iqr_over_median():
+    assert not Samples.of([1.0, 1.01, 0.99, 1.02, 0.98]).noisy
+    assert Samples.of([1.0, 2.0, 0.5, 1.5, 3.0]).noisy
+
+
+def test_empty_samples_are_nan_not_zero():
+    s = Samples.of([])
+    assert math.isnan(s.median) and math.isnan(s.iqr) and not s.noisy
+
+
+def test_step_timer_on_cpu_measures_host_time():
+    timer = StepTimer(torch.device("cpu"))
+    for delay in (0.01, 0.02):
+        timer.start()
+        time.sleep(delay)
+        timer.stop()
+    times = timer.collect()
+    assert len(times) == 2
+    assert times[0] >= 0.01 and times[1] >= 0.02
+    assert times[1] > times[0]
+    assert timer.collect() == []
+
+
+def test_region_clock():
+    with RegionClock(torch.device("cpu")) as clock:
+        time.sleep(0.01)
+    assert clock.seconds >= 0.01
+
+
+@pytest.mark.gpu
+def test_step_timer_cuda_events_match_work():
+    dev = torch.device("cuda")
+    timer = StepTimer(dev)
+    a = torch.randn(2048, 2048, device=dev)
+    for n in (1, 8):
+        timer.start()
+        for _ in range(n):
+            a @ a
+        timer.stop()
+    small, big = timer.collect()
+    assert big > 4 * small > 0
