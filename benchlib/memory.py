@@ -7,6 +7,8 @@ CUDA: allocator peaks reset per configuration. MPS: allocated and driver memory 
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,19 @@ import torch
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _release_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``).
+
+    Without it, memory a previous configuration freed stays resident, inflates the next baseline and
+    is silently reused, so that configuration's growth above baseline reads too low.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def current_rss_bytes() -> int:
@@ -75,6 +90,7 @@ class PeakMemory:
             self._sampled_peak = max(self._sampled_peak, int(proc.memory_info().rss))
 
     def start(self) -> "PeakMemory":
+        _release_freed_memory()
         self._baseline = current_rss_bytes()
         self._sampled_peak = self._baseline
         self._hwm_reset = _reset_vm_hwm()

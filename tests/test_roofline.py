@@ -90,6 +90,7 @@ def test_tf32_switch_restores_the_legacy_flag() -> None:
 @pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch without fp32_precision")
 def test_tf32_switch_follows_the_new_api_when_the_caller_uses_it() -> None:
     matmul = torch.backends.cuda.matmul
+    legacy_before = matmul.allow_tf32
     try:
         matmul.fp32_precision = "ieee"
         with rl._tf32_matmul(True):
@@ -97,7 +98,8 @@ def test_tf32_switch_follows_the_new_api_when_the_caller_uses_it() -> None:
         assert matmul.fp32_precision == "ieee"
     finally:
         matmul.fp32_precision = "none"  # back to "never set", so the legacy flag reads again
-    assert matmul.allow_tf32 in (True, False)
+        matmul.allow_tf32 = legacy_before
+    assert matmul.allow_tf32 == legacy_before
 
 
 # ----------------------------------------------------------------------------------------------------------
