@@ -1,4 +1,4 @@
-"""The ``benchlib`` command: study, run, report, env.
+"""The ``benchlib`` command: study, run, report, flops, roofline, env.
 
 Bad input gets one line on stderr naming the problem and what is allowed, exit code 2, and no
 traceback unless ``--debug``.
@@ -114,6 +114,57 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _cmd_flops(args: argparse.Namespace) -> int:
+    import torch
+
+    from .flops import complexity, layer_table
+    from .models import MODELS, build_model
+
+    if args.model not in MODELS:
+        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
+    for flag, value, low in (("--image-size", args.image_size, 8), ("--batch-size", args.batch_size, 1),
+                             ("--num-classes", args.num_classes, 2)):
+        if value < low:
+            raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
+    dtype = getattr(torch, _DTYPES[args.dtype])
+    c = complexity(args.model, args.image_size, batch_size=args.batch_size, num_classes=args.num_classes, dtype=dtype)
+    if args.json:
+        print(json.dumps(c.as_dict()))
+    else:
+        for key, value in c.as_dict().items():
+            print(f"{key:>28}: {value}")
+    if args.layers:
+        table = layer_table(build_model(args.model, args.num_classes), args.image_size, batch_size=args.batch_size, dtype=dtype)
+        print(table.to_string(index=False), file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _cmd_roofline(args: argparse.Namespace) -> int:
+    from .devices import resolve_hardware
+    from .roofline import measure_ceilings, save_ceilings
+
+    try:
+        device = resolve_hardware(args.device)
+    except BenchlibError as exc:
+        raise ConfigError(f"command line: --device: {exc}") from exc
+    if args.repeats < 3:
+        raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
+    print(f"[benchlib] measuring {device} ceilings ({args.repeats} repeats per figure)", file=sys.stderr, flush=True)
+    ceilings = measure_ceilings(device, repeats=args.repeats)
+    if args.results_dir:
+        ceilings["path"] = str(save_ceilings(ceilings, Path(args.results_dir)))
+    if args.json:
+        print(json.dumps({k: v for k, v in ceilings.items() if k != "samples"} | {"samples": ceilings["samples"]}, default=str))
+    else:
+        for dtype, value in ceilings["peak_flops_per_s"].items():
+            print(f"peak {dtype:>5}: {value / 1e9:10.1f} GFLOP/s")
+        print(f"bandwidth : {ceilings['bandwidth_bytes_per_s'] / 1e9:10.1f} GB/s (bytes read + written)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchlib", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -147,6 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the row as one JSON object")
     p.set_defaults(func=_cmd_run)
 
+    p = sub.add_parser("flops", help="count MACs, FLOPs (forward and training), bytes moved and intensity of a model")
+    p.add_argument("--model", required=True)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--dtype", choices=sorted(_DTYPES), default="fp32", help="element size used for bytes moved")
+    p.add_argument("--layers", action="store_true", help="also print the per-layer table")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_flops)
+
+    p = sub.add_parser("roofline", help="measure this machine's compute and bandwidth ceilings")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps, auto")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--results-dir", help="save the ceilings under RESULTS_DIR/ceilings/ for the summary")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_roofline)
+
     p = sub.add_parser("env", help="print the environment manifest")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_env)
@@ -172,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("benchlib: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,7 +30,8 @@ import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import pandas as pd
@@ -433,3 +434,36 @@ def layer_table(model: nn.Module, image_size: int, *, batch_size: int = 1,
         for name, mod in _leaf_modules(net).items()
     ]
     return pd.DataFrame(rows, columns=list(LAYER_TABLE_COLUMNS))
+
+
+def at_batch_size(c: Complexity, batch_size: int) -> Complexity:
+    """The same model's figures at another batch size, without counting again.
+
+    FLOPs and activation bytes per sample do not depend on the batch for these networks (every layer
+    works per sample); only the weights' share of the bytes does (read once per batch). So bytes per
+    sample become W/B + A (inference) and 6W/B + 3A (training). ``test_flops`` checks this against a
+    count at the real batch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    w, a = c.model_size_bytes, c.activation_bytes_per_sample
+    bytes_ps = w / batch_size + a
+    train_bytes_ps = 6 * w / batch_size + 3 * a
+    return replace(c, batch_size=batch_size, bytes_per_sample=bytes_ps, train_bytes_per_sample=train_bytes_ps,
+                   arithmetic_intensity=_ratio(c.flops_per_sample, bytes_ps),
+                   train_arithmetic_intensity=_ratio(c.train_flops_per_sample, train_bytes_ps))
+
+
+@lru_cache(maxsize=64)
+def _counted_small_batch(model: str, image_size: int, num_classes: int, dtype: torch.dtype) -> Complexity:
+    return complexity(model, image_size, batch_size=2, num_classes=num_classes, dtype=dtype)
+
+
+def complexity_for_run(model: str, image_size: int, batch_size: int, num_classes: int,
+                       dtype: torch.dtype = torch.float32) -> Complexity:
+    """Complexity of a benchmark configuration: counted at batch 2 (seconds, cached) and scaled to ``batch_size``.
+
+    Counting at a working batch of 64 at 224 px costs a minute of CPU per model; the per-sample counts
+    are the same (see ``at_batch_size``).
+    """
+    return at_batch_size(_counted_small_batch(model, image_size, num_classes, dtype), batch_size)

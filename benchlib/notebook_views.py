@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 from IPython.display import Markdown, display
 
-from . import plots, report
+from . import plots, report, roofline
 from .results import read_samples
 
 _FLOAT_FORMAT = "{:,.4g}".format
@@ -75,6 +75,49 @@ def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figur
         if fig is not None:
             display(fig)
             plots.plt.close(fig)
+
+
+def complexity(df: pd.DataFrame) -> Any:
+    return _show(report.complexity_table(df), "no counted work in these results")
+
+
+def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -> None:
+    """Device rooflines, per-model rooflines and the batch-size effect, from measured ceilings."""
+    ceilings = roofline.load_ceilings(results_dirs)
+    if not ceilings:
+        display(Markdown("*No measured ceilings in these results folders: run `benchlib roofline --results-dir DIR`.*"))
+        return
+    figures = plots.device_rooflines(df, ceilings, figures_dir) + plots.model_rooflines(df, ceilings, figures_dir)
+    effect = plots.batch_effect(df, figures_dir)
+    for fig in figures + ([effect] if effect is not None else []):
+        display(fig)
+        plots.plt.close(fig)
+    display(_show(pd.DataFrame([
+        {"machine": c["machine"], "device": c["device"], "device_name": c.get("device_name"),
+         **{f"peak_{k}_flops_per_s": v for k, v in c["peak_flops_per_s"].items()},
+         "bandwidth_bytes_per_s": c["bandwidth_bytes_per_s"], "noisy": ", ".join(c.get("noisy", []) or []) or None}
+        for c in ceilings]), ""))
+
+
+def roof_check(df: pd.DataFrame) -> Any:
+    """Every point under its roof, and the ones above flagged as measurement errors."""
+    flagged = report.above_roof_rows(df)
+    if not flagged.empty:
+        display(Markdown(f"**{len(flagged)} point(s) lie above their roof: a measurement error, not a finding.**"))
+        return _show(flagged, "")
+    display(Markdown("No point lies above its roof."))
+    return _show(report.roof_table(df), "no successful configuration")
+
+
+def layer_table(model: str, image_size: int, rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Per-layer MACs, FLOPs, params and activation bytes of the pair's model (batch 1)."""
+    from .flops import layer_table as table
+    from .models import build_model
+
+    num_classes = next((r["num_classes"] for r in rows if r.get("num_classes")), None)
+    if num_classes is None:
+        return Markdown("*No configuration of this pair ran: no layer table.*")
+    return _show(table(build_model(model, int(num_classes)), image_size), "")
 
 
 def manifests(results_dirs: Iterable[str]) -> Any:

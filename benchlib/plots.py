@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -65,4 +67,119 @@ def step_time_distribution(samples: pd.DataFrame, title: str, figures_dir: str |
     ax.set_title(title)
     fig.tight_layout()
     save(fig, figures_dir, name)
+    return fig
+
+
+_INTENSITY_RANGE = (0.1, 2000.0)
+
+
+def _draw_roof(ax: plt.Axes, peak: float, bandwidth: float, label: str, **style) -> None:
+    lo, hi = _INTENSITY_RANGE
+    xs = np.geomspace(lo, hi, 200)
+    ax.plot(xs, np.minimum(peak, xs * bandwidth), label=label, **style)
+
+
+def _roof_axes(title: str) -> tuple[plt.Figure, plt.Axes]:
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.25)
+    return fig, ax
+
+
+def _draw_points(ax: plt.Axes, rows: pd.DataFrame, colours: dict[str, Any], annotate_batch: bool) -> None:
+    """Training (circles) and inference (triangles) points; a model's batch sizes joined by a line."""
+    for kind, x_col, y_col, marker in (
+        ("train", "train_arithmetic_intensity", "achieved_train_flops_per_s", "o"),
+        ("infer", "arithmetic_intensity", "achieved_infer_flops_per_s", "^"),
+    ):
+        for name, grp in rows.groupby("model"):
+            grp = grp[grp[x_col].notna() & grp[y_col].notna()].sort_values("batch_size")
+            if grp.empty:
+                continue
+            ax.plot(grp[x_col], grp[y_col], marker=marker, linestyle="-" if len(grp) > 1 else "none",
+                    color=colours[name], label=f"{name} ({kind})", markersize=7)
+            for _, r in grp.iterrows():
+                if annotate_batch:
+                    ax.annotate(f"bs{int(r['batch_size'])}", (r[x_col], r[y_col]), fontsize=7,
+                                xytext=(3, 3), textcoords="offset points")
+                if bool(r.get("above_roof")):
+                    ax.annotate("above roof: measurement error", (r[x_col], r[y_col]), color="red", fontsize=8)
+
+
+def device_rooflines(df: pd.DataFrame, ceilings: list[dict[str, Any]], figures_dir: str | Path) -> list[plt.Figure]:
+    """One roofline per measured device: its roofs per dtype, datasheet roofs dashed, every workload a point."""
+    from .report import ceilings_device
+    from .roofline import datasheet_for
+
+    good = ok_rows(df)
+    models = sorted(good["model"].unique()) if not good.empty else []
+    colours = dict(zip(models, sns.color_palette("tab10", max(1, len(models)))))
+    figures = []
+    for ceil in ceilings:
+        rows = good[(good["machine"] == ceil["machine"])
+                    & (good["hardware"].map(ceilings_device) == ceil["device"])] if not good.empty else good
+        fig, ax = _roof_axes(f"{ceil['machine']} {ceil['device']}: {ceil.get('device_name', '')}")
+        for i, (dtype, peak) in enumerate(sorted(ceil["peak_flops_per_s"].items())):
+            if peak:
+                _draw_roof(ax, peak, ceil["bandwidth_bytes_per_s"], f"measured {dtype} roof",
+                           color=sns.color_palette("Greys", 6)[5 - i % 4], linewidth=2)
+        sheet = datasheet_for(str(ceil.get("device_name", "")))
+        if sheet:
+            for dtype, peak in sheet["peak_flops_per_s"].items():
+                _draw_roof(ax, peak, sheet["bandwidth_bytes_per_s"], f"datasheet {dtype} ({sheet.get('name', '')})",
+                           linestyle="--", linewidth=1, alpha=0.6)
+        _draw_points(ax, rows, colours, annotate_batch=rows["batch_size"].nunique() > 1 if not rows.empty else False)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        save(fig, figures_dir, f"roofline__{ceil['machine']}__{ceil['device'].replace(':', '')}")
+        figures.append(fig)
+    return figures
+
+
+def model_rooflines(df: pd.DataFrame, ceilings: list[dict[str, Any]], figures_dir: str | Path) -> list[plt.Figure]:
+    """One roofline per model across devices: each device's fp32 roof and the model's points on it."""
+    from .report import ceilings_device
+
+    good = ok_rows(df)
+    figures = []
+    if good.empty or not ceilings:
+        return figures
+    palette = dict(zip([f"{c['machine']}:{c['device']}" for c in ceilings], sns.color_palette("tab10", len(ceilings))))
+    for model, rows in good.groupby("model"):
+        fig, ax = _roof_axes(f"{model} across devices")
+        for ceil in ceilings:
+            key = f"{ceil['machine']}:{ceil['device']}"
+            peak = ceil["peak_flops_per_s"].get("fp32")
+            if peak:
+                _draw_roof(ax, peak, ceil["bandwidth_bytes_per_s"], f"{key} fp32 roof", color=palette[key], linewidth=1.5)
+            mine = rows[(rows["machine"] == ceil["machine"]) & (rows["hardware"].map(ceilings_device) == ceil["device"])]
+            _draw_points(ax, mine.assign(model=key), {key: palette[key]}, annotate_batch=mine["batch_size"].nunique() > 1)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        save(fig, figures_dir, f"roofline_model__{model}")
+        figures.append(fig)
+    return figures
+
+
+def batch_effect(df: pd.DataFrame, figures_dir: str | Path) -> plt.Figure | None:
+    """Training intensity and roof fraction against batch size: how batch moves a workload on the roofline."""
+    good = ok_rows(df)
+    if good.empty or good["batch_size"].nunique() < 2 or "train_arithmetic_intensity" not in good:
+        return None
+    good["device"] = device_label(good)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    sns.lineplot(data=good, x="batch_size", y="train_arithmetic_intensity", hue="model", style="device",
+                 marker="o", ax=axes[0])
+    axes[0].set_ylabel("training intensity (FLOP/byte)")
+    if good["roof_fraction"].notna().any():
+        sns.lineplot(data=good, x="batch_size", y="roof_fraction", hue="model", style="device", marker="o", ax=axes[1])
+    axes[1].set_ylabel("achieved / roof (training)")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+    fig.tight_layout()
+    save(fig, figures_dir, "roofline_batch_effect")
     return fig

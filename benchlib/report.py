@@ -92,3 +92,42 @@ def human_bytes(n: float | None) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return str(n)
+
+
+COMPLEXITY_COLUMNS = ["model", "image_size", "num_classes", "params", "macs_per_sample", "flops_per_sample",
+                      "train_flops_per_sample", "model_size_bytes", "activation_bytes_per_sample", "batch_size",
+                      "bytes_per_sample", "train_bytes_per_sample", "arithmetic_intensity", "train_arithmetic_intensity",
+                      "uncounted_ops"]
+ROOF_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "roof_dtype", "train_arithmetic_intensity",
+                "achieved_train_flops_per_s", "train_roof_flops_per_s", "roof_fraction", "arithmetic_intensity",
+                "achieved_infer_flops_per_s", "infer_roof_flops_per_s", "infer_roof_fraction", "above_roof"]
+
+
+def complexity_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Params, MACs, FLOPs, model size, bytes moved and intensity per model (and batch size)."""
+    cols = [c for c in COMPLEXITY_COLUMNS if c in df.columns]
+    if "flops_per_sample" not in df.columns:
+        return pd.DataFrame(columns=COMPLEXITY_COLUMNS)
+    have = df[df["flops_per_sample"].notna()]
+    return have[cols].drop_duplicates(subset=["model", "image_size", "batch_size"]).sort_values(
+        ["model", "image_size", "batch_size"]).reset_index(drop=True)
+
+
+def roof_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Where every successful configuration sits under its measured roof."""
+    good = ok_rows(df)
+    cols = [c for c in ROOF_COLUMNS if c in good.columns]
+    return good[cols].reset_index(drop=True)
+
+
+def above_roof_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Points above their roof: a measurement error to chase, never a finding."""
+    if "above_roof" not in df.columns:
+        return pd.DataFrame(columns=ROOF_COLUMNS)
+    flagged = df[df["above_roof"].fillna(False).astype(bool)]
+    return flagged[[c for c in ROOF_COLUMNS if c in flagged.columns]].reset_index(drop=True)
+
+
+def ceilings_device(hardware: str) -> str:
+    """The ceilings file's device name for a row's hardware ('cuda' runs on cuda:0)."""
+    return "cuda:0" if hardware == "cuda" else hardware

@@ -439,3 +439,42 @@ def load_ceilings(results_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
             data["path"] = str(path)
             found.append(data)
     return found
+
+
+def roof_dtype(precision: str, device_type: str, tf32: bool) -> str:
+    """The ceiling a configuration runs under: its compute dtype (fp32 matmuls run as tf32 when enabled)."""
+    if precision in ("amp_fp16", "fp16"):
+        return "fp16"
+    if precision in ("amp_bf16", "bf16"):
+        return "bf16"
+    return "tf32" if device_type == "cuda" and tf32 else "fp32"
+
+
+def ensure_ceilings(results_dir: Path, device: str | torch.device) -> dict[str, Any]:
+    """This machine's ceilings for ``device`` from ``results_dir``, measured and saved on first use."""
+    dev = str(_resolve_device(device))
+    path = ceilings_path(Path(results_dir), machine_name(), dev)
+    if path.exists():
+        try:
+            return _read_ceilings(path)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            warnings.warn(f"re-measuring ceilings: unreadable file {path}: {exc}", stacklevel=2)
+    ceilings = measure_ceilings(dev)
+    save_ceilings(ceilings, Path(results_dir))
+    return {**ceilings, "machine": machine_name()}
+
+
+def place_on_roof(achieved_flops_per_s: float | None, intensity_flops_per_byte: float | None,
+                  ceilings: Mapping[str, Any], dtype: str) -> dict[str, Any]:
+    """Roof at the point's intensity, the fraction of it achieved, and the above-roof flag.
+
+    Empty values (None) where the point or the dtype's ceiling is missing: never a made-up roof.
+    """
+    peak = ceilings.get("peak_flops_per_s", {}).get(dtype)
+    bandwidth = ceilings.get("bandwidth_bytes_per_s")
+    values = (achieved_flops_per_s, intensity_flops_per_byte, peak, bandwidth)
+    if any(v is None or not math.isfinite(v) or v <= 0 for v in values):
+        return {"roof_flops_per_s": None, "fraction": None, "above": None}
+    roof = roof_flops_per_s(intensity_flops_per_byte, peak, bandwidth)
+    return {"roof_flops_per_s": roof, "fraction": achieved_flops_per_s / roof,
+            "above": above_roof(achieved_flops_per_s, intensity_flops_per_byte, peak, bandwidth)}

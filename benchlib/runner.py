@@ -19,13 +19,16 @@ import torch
 
 from . import __version__
 from .config import RunConfig, RunSettings, settings_from_mapping, setting_names
+from .datasets import num_classes_of
 from .devices import device_name, resolve_hardware
+from .flops import complexity_for_run
 from .inference import example_batch, measure_latency
 from .loaders import batches_per_epoch, build_loaders
 from .manifest import collect_manifest, machine_name, manifest_id
 from .memory import PeakMemory
 from .models import build_model, count_parameters
 from .results import write_manifest, write_row
+from .roofline import ensure_ceilings, place_on_roof, roof_dtype
 from .timing import Samples
 from .train import evaluate, train
 
@@ -62,19 +65,73 @@ def base_row(cfg: RunConfig, machine: str) -> dict[str, Any]:
         **{c: None for c in ("train_steps", "train_step_s_median", "train_step_s_iqr", "train_samples_per_s",
                              "epoch_s", "val_samples_per_s", "train_accuracy", "test_accuracy", "latency_ms_p50",
                              "latency_ms_p90", "latency_ms_p99", "batch_latency_ms_p50", "infer_samples_per_s",
-                             "peak_rss_bytes", "peak_cuda_allocated_bytes", "params")},
+                             "peak_rss_bytes", "peak_cuda_allocated_bytes", "params", *WORK_COLUMNS)},
     }
 
 
-def measure(cfg: RunConfig, *, machine: str | None = None,
-            progress: ProgressFn | None = None) -> tuple[dict[str, Any], dict[str, list[float]]]:
-    """Train, evaluate and time one configuration; return (row, raw samples by series)."""
+WORK_COLUMNS = (
+    "macs_per_sample", "flops_per_sample", "train_flops_per_sample", "model_size_bytes",
+    "activation_bytes_per_sample", "bytes_per_sample", "train_bytes_per_sample", "arithmetic_intensity",
+    "train_arithmetic_intensity", "uncounted_ops", "achieved_train_flops_per_s", "achieved_infer_flops_per_s",
+    "roof_dtype", "roof_peak_flops_per_s", "roof_bandwidth_bytes_per_s", "train_roof_flops_per_s", "roof_fraction",
+    "infer_roof_flops_per_s", "infer_roof_fraction", "above_roof",
+)
+
+
+def _num_classes(s: RunSettings) -> int:
+    return s.synthetic_classes if s.dataset == "synthetic" else num_classes_of(s.dataset, s.data_path)
+
+
+def work_columns(cfg: RunConfig, num_classes: int) -> dict[str, Any]:
+    """Counted work and bytes of the configuration (MACs and FLOPs under their own names)."""
+    c = complexity_for_run(cfg.model, cfg.settings.image_size, cfg.batch_size, num_classes)
+    return {
+        "macs_per_sample": c.macs_per_sample, "flops_per_sample": c.flops_per_sample,
+        "train_flops_per_sample": c.train_flops_per_sample, "model_size_bytes": c.model_size_bytes,
+        "activation_bytes_per_sample": c.activation_bytes_per_sample, "bytes_per_sample": c.bytes_per_sample,
+        "train_bytes_per_sample": c.train_bytes_per_sample, "arithmetic_intensity": c.arithmetic_intensity,
+        "train_arithmetic_intensity": c.train_arithmetic_intensity,
+        "uncounted_ops": "; ".join(f"{k}: {', '.join(v)}" for k, v in c.uncounted_ops.items() if v) or None,
+    }
+
+
+def roof_columns(row: Mapping[str, Any], ceilings: Mapping[str, Any] | None, device_type: str) -> dict[str, Any]:
+    """Achieved FLOP/s and where they sit under this machine's measured roof."""
+    def product(a: Any, b: Any) -> float | None:
+        return a * b if a is not None and b is not None and math.isfinite(a * b) else None
+
+    train_fps = product(row["train_flops_per_sample"], row["train_samples_per_s"])
+    infer_fps = product(row["flops_per_sample"], row["infer_samples_per_s"])
+    out: dict[str, Any] = {"achieved_train_flops_per_s": train_fps, "achieved_infer_flops_per_s": infer_fps}
+    if not ceilings:
+        return out
+    dtype = roof_dtype(row["precision"], device_type, bool(row.get("tf32")))
+    train = place_on_roof(train_fps, row["train_arithmetic_intensity"], ceilings, dtype)
+    infer = place_on_roof(infer_fps, row["arithmetic_intensity"], ceilings, dtype)
+    flags = [f for f in (train["above"], infer["above"]) if f is not None]
+    out.update({
+        "roof_dtype": dtype, "roof_peak_flops_per_s": ceilings["peak_flops_per_s"].get(dtype),
+        "roof_bandwidth_bytes_per_s": ceilings["bandwidth_bytes_per_s"],
+        "train_roof_flops_per_s": train["roof_flops_per_s"], "roof_fraction": train["fraction"],
+        "infer_roof_flops_per_s": infer["roof_flops_per_s"], "infer_roof_fraction": infer["fraction"],
+        "above_roof": any(flags) if flags else None,
+    })
+    return out
+
+
+def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
+            ceilings: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Train, evaluate and time one configuration; return (row, raw samples by series).
+
+    With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
+    """
     s = cfg.settings
     device = torch.device(resolve_hardware(cfg.hardware))
     row = base_row(cfg, machine or machine_name())
     row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
     row["device_name"] = device_name(device)
     t_start = time.perf_counter()
+    row.update(work_columns(cfg, _num_classes(s)))  # counted before the memory window opens
     seed_everything(s.seed)
     memory = PeakMemory(device).start()
     loaders = build_loaders(s, cfg.batch_size, device)
@@ -124,6 +181,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None,
         "params": params, "params_trainable": trainable, "step_sync": "per-step" if trained.sync_per_step else "region",
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": _now(),
     })
+    row.update(roof_columns(row, ceilings, device.type))
     if not trained.loss_finite:
         row["status"], row["error"] = "unstable", "non-finite training loss"
     samples = {"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
@@ -152,7 +210,8 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
     mid = manifest_id(manifest)
     write_manifest(results_dir, manifest, mid)
     try:
-        row, samples = measure(cfg, machine=manifest["machine"], progress=progress)
+        ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware))
+        row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings)
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
         if progress:
             progress(f"{cfg.run_id} failed: {type(exc).__name__}: {exc}")

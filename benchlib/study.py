@@ -16,6 +16,8 @@ from . import publish
 from .config import StudyConfig, settings_as_params
 from .manifest import machine_name
 from .results import read_results, safe_name, write_row, write_table
+from .devices import resolve_hardware
+from .roofline import ensure_ceilings
 from .runner import failure_row
 
 
@@ -64,6 +66,9 @@ def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports
     paths.runs.mkdir(parents=True, exist_ok=True)
     bench = publish.notebooks_dir() / "benchmark.ipynb"
     pairs = cfg.pairs()
+    for hardware in dict.fromkeys(resolve_hardware(h) for h in cfg.hardware):
+        _log(f"ceilings of {hardware} (matmul and copy, for the roofline)")
+        ensure_ceilings(paths.results, hardware)
     failed = 0
     t_study = time.perf_counter()
     for i, (hardware, model) in enumerate(pairs, 1):

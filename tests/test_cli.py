@@ -35,3 +35,31 @@ def test_python_dash_m_and_exit_code():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "benchlib: error: /nonexistent.yaml: params file not found; give a YAML file such as params/default.yaml"
+
+
+def test_flops_json(capsys):
+    assert main(["flops", "--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    for key in ("macs_per_sample", "flops_per_sample", "train_flops_per_sample", "params", "model_size_bytes",
+                "activation_bytes_per_sample", "bytes_per_sample", "train_bytes_per_sample", "arithmetic_intensity",
+                "train_arithmetic_intensity", "uncounted_ops"):
+        assert key in c
+    assert c["batch_size"] == 4 and c["num_classes"] == 10
+    assert 2.5 < c["train_flops_per_sample"] / c["flops_per_sample"] < 3.5
+
+
+def test_roofline_json_saves_ceilings(capsys, tmp_path):
+    assert main(["roofline", "--device", "cpu", "--repeats", "3", "--results-dir", str(tmp_path), "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    assert c["peak_flops_per_s"]["fp32"] > 0 and c["bandwidth_bytes_per_s"] > 0
+    assert len(c["samples"]["copy_s"]) == 3
+    assert len(list((tmp_path / "ceilings").glob("*.json"))) == 1
+
+
+def test_flops_and_roofline_bad_input(capsys):
+    assert main(["flops", "--model", "vgg", "--json"]) == 2
+    assert "--model 'vgg' is unknown" in capsys.readouterr().err
+    assert main(["flops", "--model", "resnet18", "--batch-size", "0"]) == 2
+    assert "--batch-size 0; allowed: integers >= 1" in capsys.readouterr().err
+    assert main(["roofline", "--device", "cuda:3"]) == 2
+    assert "hardware 'cuda:3' is not present" in capsys.readouterr().err

@@ -175,3 +175,14 @@ def test_callers_model_is_left_untouched() -> None:
 def test_bad_arguments(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         complexity("resnet18", 32, **kwargs)
+
+
+def test_scaling_to_batch_matches_a_count_at_that_batch():
+    from benchlib.flops import at_batch_size, complexity, complexity_for_run
+
+    counted = complexity("resnet18", 32, batch_size=8, num_classes=10)
+    scaled = at_batch_size(complexity("resnet18", 32, batch_size=2, num_classes=10), 8)
+    for key in ("flops_per_sample", "train_flops_per_sample", "bytes_per_sample", "train_bytes_per_sample",
+                "arithmetic_intensity", "train_arithmetic_intensity", "activation_bytes_per_sample"):
+        assert getattr(scaled, key) == pytest.approx(getattr(counted, key), rel=0.02), key
+    assert complexity_for_run("resnet18", 32, 8, 10).batch_size == 8

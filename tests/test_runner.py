@@ -88,3 +88,20 @@ def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
     row = record(RunConfig("t", "cpu", "squeezenet1_1", 16, tiny_settings), tmp_path, progress=None)
     assert row["status"] == "failed" and row["error"] == "RuntimeError: kaboom"
     assert read_results([tmp_path]).loc[0, "status"] == "failed"
+
+
+def test_default_study_points_lie_under_their_roofs(tmp_path):
+    """The default study's configurations (fewer steps) against this machine's measured ceilings."""
+    from benchlib.config import load_study
+
+    cfg = load_study("params/default.yaml")
+    settings = dataclasses.replace(cfg.settings, train_steps=8, latency_repeats=10)
+    for model in cfg.models:
+        row = record(RunConfig("default", "cpu", model, cfg.batch_sizes[0], settings), tmp_path, progress=None)
+        assert row["status"] == "ok"
+        assert row["flops_per_sample"] == pytest.approx(2 * row["macs_per_sample"], rel=0.1)
+        assert row["achieved_train_flops_per_s"] == pytest.approx(row["train_flops_per_sample"] * row["train_samples_per_s"])
+        assert 0 < row["roof_fraction"] <= 1.05 and 0 < row["infer_roof_fraction"] <= 1.05
+        assert row["above_roof"] is False
+        assert row["roof_dtype"] == "fp32" and row["roof_peak_flops_per_s"] > 0
+    assert len(list((tmp_path / "ceilings").glob("*.json"))) == 1, "ceilings measured once and reused"
