@@ -1,4 +1,4 @@
-"""The ``benchlib`` command: study, run, report, flops, roofline, env.
+"""The ``benchlib`` command: study, run, profile, report, flops, roofline, env.
 
 Bad input gets one line on stderr naming the problem and what is allowed, exit code 2, and no
 traceback unless ``--debug``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,23 +38,25 @@ def _cmd_study(args: argparse.Namespace) -> int:
     from .study import run_study
 
     cfg = load_study(args.params)
-    failed = run_study(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
-                       cell_timeout_s=args.cell_timeout)
-    return EXIT_FAILURES if failed else 0
+    if args.cell_timeout < 1:
+        raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
+    outcome = run_study(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
+                        cell_timeout_s=args.cell_timeout, fresh=args.fresh)
+    return 0 if outcome.ok else EXIT_FAILURES
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _config_from_args(args: argparse.Namespace) -> "RunConfig":
+    """One validated configuration from ``run``/``profile`` arguments (threads applied)."""
     from .config import RunConfig, check_batch_sizes, settings_from_mapping
     from .devices import resolve_hardware
     from .models import MODELS
-    from .runner import measure, record
     from .threads import apply_threads
 
     values: dict[str, Any] = {"dataset": args.data}
     for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
-    if args.steps is not None:
+    if getattr(args, "steps", None) is not None:
         values["train_steps"] = args.steps
     values.update(_parse_set(args.set))
     settings = settings_from_mapping(values, "command line")
@@ -67,7 +70,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except BenchlibError as exc:
         raise ConfigError(f"command line: --device: {exc}") from exc
     apply_threads(settings.threads, settings.interop_threads)
-    cfg = RunConfig(args.study, args.device, args.model, args.batch_size, settings)
+    return RunConfig(args.study, args.device, args.model, args.batch_size, settings)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .runner import measure, record
+
+    cfg = _config_from_args(args)
     if args.no_save:
         row, _ = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
     else:
@@ -79,6 +88,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     "test_accuracy", "latency_ms_p50", "batch_latency_ms_p50", "peak_rss_bytes"):
             print(f"{key:>22}: {row.get(key)}")
     return 0 if row["status"] == "ok" else EXIT_FAILURES
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from .profiling import format_breakdown, record_profile
+
+    cfg = _config_from_args(args)
+    for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0), ("--active", args.active, 1)):
+        if value < low:
+            raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
+    result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=args.active)
+    print(format_breakdown(result.breakdown))
+    print(result.top_by_self_cpu.head(10).to_string(index=False))
+    if not result.top_by_self_device.empty:
+        print(result.top_by_self_device.head(10).to_string(index=False))
+    print(f"tables, trace and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
+    return 0
 
 
 def _finite(row: dict[str, Any]) -> bool:
@@ -165,6 +190,23 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", default="digits", help="digits, synthetic, cifar10, tinyimagenet, imagefolder")
+    p.add_argument("--data-path", dest="data_path")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps, auto")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--image-size", dest="image_size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--optimizer")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--num-workers", dest="num_workers", type=int)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any run setting, e.g. --set pretrained=true")
+    p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchlib", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -175,28 +217,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-root", default="results", help="results go to RESULTS_ROOT/<study>/")
     p.add_argument("--reports-root", default="reports", help="reports go to REPORTS_ROOT/<study>/")
     p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a notebook cell may run")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over: move the study's old results and reports aside (nothing is deleted)")
     p.set_defaults(func=_cmd_study)
 
     p = sub.add_parser("run", help="measure one configuration")
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", default="digits", help="digits, synthetic, cifar10, tinyimagenet, imagefolder")
-    p.add_argument("--data-path", dest="data_path")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps, auto")
-    p.add_argument("--batch-size", type=int, default=64)
+    _add_config_args(p)
     p.add_argument("--steps", type=int, help="timed training steps (after warmup)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--image-size", dest="image_size", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--optimizer")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--threads", type=int)
-    p.add_argument("--num-workers", dest="num_workers", type=int)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any run setting, e.g. --set pretrained=true")
-    p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
     p.add_argument("--results-dir", default="results/adhoc")
     p.add_argument("--no-save", action="store_true", help="print only, write no results files")
     p.add_argument("--json", action="store_true", help="print the row as one JSON object")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("profile", help="profile training steps of one configuration with torch.profiler")
+    _add_config_args(p)
+    p.add_argument("--wait", type=int, default=1, help="profiler schedule: steps skipped")
+    p.add_argument("--warmup", type=int, default=1, help="profiler schedule: steps traced and discarded")
+    p.add_argument("--active", type=int, default=3, help="profiler schedule: steps recorded")
+    p.add_argument("--results-dir", default="results/adhoc", help="profiles go to RESULTS_DIR/profiles/")
+    p.set_defaults(func=_cmd_profile)
+
 
     p = sub.add_parser("flops", help="count MACs, FLOPs (forward and training), bytes moved and intensity of a model")
     p.add_argument("--model", required=True)
@@ -227,7 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+    return f"benchlib: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

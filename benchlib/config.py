@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -63,6 +64,7 @@ class RunSettings:
     seed: int = _f(0, "random seed for weights, data order and subsets", min=0)
     threads: int | None = _f(None, "torch intra-op threads (default: the CPUs this process may use)", min=1, max=1024)
     interop_threads: int | None = _f(None, "torch inter-op threads", min=1, max=1024)
+    memory_limit_bytes: int | None = _f(None, "CPU memory ceiling: a configuration whose RSS passes it is recorded as oom", min=1)
     precision: str = _f("fp32", "numeric precision", choices=PRECISIONS)
     variant: str = _f("default", "name of the variant this configuration measures", pattern=_NAME_RE)
 
@@ -76,12 +78,29 @@ class RunConfig:
     model: str
     batch_size: int
     settings: RunSettings = field(default_factory=RunSettings)
+    swept: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
-        """Stable id of the configuration on one machine: a re-run replaces its row."""
+        """Stable id of the configuration on one machine: a re-run replaces its row (and resume skips it)."""
         s = self.settings
-        return f"{self.hardware.replace(':', '')}__{self.model}__bs{self.batch_size}__{s.variant}__{s.precision}__seed{s.seed}"
+        extra = "".join(f"__{k}{getattr(s, k)}" for k in self.swept)
+        return (f"{self.hardware.replace(':', '')}__{self.model}__bs{self.batch_size}__{s.variant}__{s.precision}"
+                f"{extra}__seed{s.seed}")
+
+
+def expand_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
+                   sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1) -> list[RunConfig]:
+    """Every configuration of one hardware/model pair: batch sizes x swept settings x repeat seeds."""
+    sweep = dict(sweep or {})
+    keys = tuple(sweep)
+    out = []
+    for b in batch_sizes:
+        for values in itertools.product(*(sweep[k] for k in keys)):
+            point = dataclasses.replace(settings, **dict(zip(keys, values)))
+            for r in range(repeats):
+                out.append(RunConfig(study, hardware, model, b, dataclasses.replace(point, seed=settings.seed + r), keys))
+    return out
 
 
 @dataclass(frozen=True)
@@ -95,13 +114,16 @@ class StudyConfig:
     settings: RunSettings
     description: str = ""
     source: str = "<memory>"
+    sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    repeats: int = 1
+    profile: bool = False
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
         return [(h, m) for h in self.hardware for m in self.models]
 
     def configs(self, hardware: str, model: str) -> list[RunConfig]:
-        return [RunConfig(self.study, hardware, model, b, self.settings) for b in self.batch_sizes]
+        return expand_configs(self.study, hardware, model, self.batch_sizes, self.settings, dict(self.sweep), self.repeats)
 
     def all_configs(self) -> list[RunConfig]:
         return [c for h, m in self.pairs() for c in self.configs(h, m)]
@@ -112,7 +134,10 @@ class StudyConfig:
 _SETTING_FIELDS = {f.name: f for f in dataclasses.fields(RunSettings)}
 _GRID_KEYS = {"study": "name of the study (results/<study>/)", "description": "free text",
               "hardware": f"list of: {HARDWARE_CHOICES}", "models": f"list of: {', '.join(MODELS)}",
-              "batch_sizes": "list of integers >= 1"}
+              "batch_sizes": "list of integers >= 1, or {from: A, to: B} for the doubling range A, 2A, ... <= B",
+              "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
+              "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
+              "profile": "true or false: also profile each pair (torch.profiler) at its first batch size"}
 ALLOWED_KEYS: tuple[str, ...] = tuple(_GRID_KEYS) + tuple(_SETTING_FIELDS)
 
 
@@ -263,13 +288,64 @@ def parse_study(raw: Any, where: str, *, check_devices: bool = True) -> StudyCon
     for m in models:
         if m not in MODELS:
             raise ConfigError(f"{where}: key 'models' has '{m}'; allowed: {', '.join(MODELS)}")
-    batch_sizes = _as_list(raw["batch_sizes"], "batch_sizes", where, int, "integers >= 1")
+    batch_sizes = _batch_sizes(raw["batch_sizes"], where)
     settings = settings_from_mapping({k: v for k, v in raw.items() if k in _SETTING_FIELDS}, where)
     check_batch_sizes(batch_sizes, settings, where)
+    sweep = _sweep(raw.get("sweep", {}), settings, where)
+    repeats = raw.get("repeats", 1)
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= 100:
+        raise ConfigError(f"{where}: key 'repeats' is {repeats!r}; allowed: an integer from 1 to 100")
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ConfigError(f"{where}: key 'description' is {type(description).__name__}; allowed: a string")
-    return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where)
+    profile = raw.get("profile", False)
+    if not isinstance(profile, bool):
+        raise ConfigError(f"{where}: key 'profile' is {profile!r}; allowed: true or false")
+    return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
+                       tuple((k, tuple(v)) for k, v in sweep.items()), repeats, profile)
+
+
+def doubling_range(start: int, stop: int) -> list[int]:
+    """start, 2*start, 4*start, ... up to stop (inclusive)."""
+    out, b = [], start
+    while b <= stop:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def _batch_sizes(value: Any, where: str) -> list[int]:
+    if isinstance(value, dict):
+        if set(value) != {"from", "to"}:
+            raise ConfigError(f"{where}: key 'batch_sizes' range has keys {sorted(value)}; allowed: {{from: A, to: B}}")
+        a, b = value["from"], value["to"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (a, b)) or a > b:
+            raise ConfigError(f"{where}: key 'batch_sizes' range from {a!r} to {b!r}; allowed: integers 1 <= from <= to")
+        return doubling_range(a, b)
+    return _as_list(value, "batch_sizes", where, int, "integers >= 1")
+
+
+_NOT_SWEEPABLE = {"dataset", "data_path", "variant", "seed"}
+
+
+def _sweep(value: Any, settings: RunSettings, where: str) -> dict[str, list[Any]]:
+    """Validated sweep: each key a run setting, each value a non-empty list of valid values."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: key 'sweep' is {type(value).__name__}; allowed: {_GRID_KEYS['sweep']}")
+    out: dict[str, list[Any]] = {}
+    for key, values in value.items():
+        if key not in _SETTING_FIELDS or key in _NOT_SWEEPABLE:
+            allowed = ", ".join(k for k in _SETTING_FIELDS if k not in _NOT_SWEEPABLE)
+            raise ConfigError(f"{where}: key 'sweep.{key}' cannot be swept; allowed: {allowed} (seeds: use 'repeats')")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: key 'sweep.{key}' is {values!r}; allowed: a non-empty list of values")
+        typed = [coerce_setting(key, v, where) for v in values]
+        if len(set(map(repr, typed))) != len(typed):
+            raise ConfigError(f"{where}: key 'sweep.{key}' lists a value twice: {values}")
+        for v in typed:
+            _check_settings_consistency(dataclasses.replace(settings, **{key: v}), where)
+        out[key] = typed
+    return out
 
 
 def load_study(path: str | Path, *, check_devices: bool = True) -> StudyConfig:

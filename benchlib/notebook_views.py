@@ -120,6 +120,37 @@ def layer_table(model: str, image_size: int, rows: Sequence[Mapping[str, Any]]) 
     return _show(table(build_model(model, int(num_classes)), image_size), "")
 
 
+def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
+    """Step-time breakdown of every profiled pair and each pair's top operators."""
+    from .profiling import load_profiles
+
+    found = load_profiles(results_dirs)
+    if not found:
+        display(Markdown("*No profiles in these results: set `profile: true` in the study or run `benchlib profile`.*"))
+        return
+    figures = [plots.profile_breakdowns(found, figures_dir)] + [plots.top_operators(p, figures_dir) for p in found]
+    for fig in figures:
+        if fig is not None:
+            display(fig)
+            plots.plt.close(fig)
+    for p in found:
+        if p.get("notes"):
+            display(Markdown(f"*{p['model']} on {p['hardware']}:* " + " ".join(p["notes"])))
+
+
+def profile_result(result: Any, out_dir: str) -> None:
+    """A pair's profile: breakdown, top operators by self CPU and device time, per-step regions, files."""
+    from .profiling import format_breakdown
+
+    display(Markdown(f"```\n{format_breakdown(result.breakdown)}\n```"))
+    display(_show(result.top_by_self_cpu, "no operators recorded"))
+    display(_show(result.top_by_self_device, "no device time: CPU-only run"))
+    display(_show(result.steps, "no profiled steps"))
+    display(Markdown(f"Trace (Chrome/Perfetto): `{result.trace_path}`. TensorBoard: "
+                     f"`tensorboard --logdir {result.tensorboard_dir}` (torch-tb-profiler plugin). "
+                     + " ".join(result.notes)))
+
+
 def manifests(results_dirs: Iterable[str]) -> Any:
     records = []
     for d in results_dirs:

@@ -10,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from .report import device_label, ok_rows
+from .results import safe_name
 
 METRIC_LABELS = {
     "train_samples_per_s": "training throughput (samples/s)",
@@ -182,4 +183,41 @@ def batch_effect(df: pd.DataFrame, figures_dir: str | Path) -> plt.Figure | None
         ax.set_xscale("log", base=2)
     fig.tight_layout()
     save(fig, figures_dir, "roofline_batch_effect")
+    return fig
+
+
+def profile_breakdowns(profiles: list[dict[str, Any]], figures_dir: str | Path) -> plt.Figure | None:
+    """Step-time breakdown per profiled pair: stacked fractions of data loading, memcpy, compute, CPU exec, other."""
+    if not profiles:
+        return None
+    frames = []
+    for p in profiles:
+        b = p["breakdown"].copy()
+        b["pair"] = f"{p['machine']}:{p['hardware']} {p['model']} bs{p['batch_size']}"
+        frames.append(b)
+    wide = pd.concat(frames).pivot_table(index="pair", columns="category", values="fraction", aggfunc="sum").fillna(0)
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.5 * len(wide)))
+    wide.mul(100).plot.barh(stacked=True, ax=ax, colormap="tab10")
+    ax.set_xlabel("share of profiled step time (%)")
+    ax.set_ylabel("")
+    ax.set_title("step-time breakdown (torch.profiler)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    save(fig, figures_dir, "profile_step_breakdown")
+    return fig
+
+
+def top_operators(profile: dict[str, Any], figures_dir: str | Path, n: int = 12) -> plt.Figure | None:
+    """The operators with the most self time (device time where a GPU ran, else CPU time)."""
+    device = profile["top_self_device"]
+    table, col = (device, "self_device_time_us") if not device.empty else (profile["top_self_cpu"], "self_cpu_time_us")
+    if table.empty:
+        return None
+    top = table.nlargest(n, col).iloc[::-1]
+    fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.32 * len(top)))
+    ax.barh(top["name"], top[col] / 1000.0)
+    ax.set_xlabel(col.replace("_us", "") + " (ms, over the profiled steps)")
+    ax.set_title(f"top operators: {profile['machine']}:{profile['hardware']} {profile['model']} bs{profile['batch_size']}")
+    fig.tight_layout()
+    save(fig, figures_dir, safe_name(f"profile_ops__{profile['machine']}__{profile['run_id']}"))
     return fig

@@ -131,3 +131,74 @@ def above_roof_rows(df: pd.DataFrame) -> pd.DataFrame:
 def ceilings_device(hardware: str) -> str:
     """The ceilings file's device name for a row's hardware ('cuda' runs on cuda:0)."""
     return "cuda:0" if hardware == "cuda" else hardware
+
+
+REPEAT_METRICS = ("train_samples_per_s", "epoch_s", "test_accuracy", "latency_ms_p50", "infer_samples_per_s",
+                  "peak_rss_bytes")
+
+
+def config_key(run_id: pd.Series) -> pd.Series:
+    """A run_id without its seed: the configuration that repeats share."""
+    return run_id.str.replace(r"__seed\d+$", "", regex=True)
+
+
+def repeat_summary(df: pd.DataFrame, metrics: Iterable[str] = REPEAT_METRICS) -> pd.DataFrame:
+    """Per configuration over its seeds: n, median, IQR, min, max and the noise flag (IQR/median > 10%)."""
+    good = ok_rows(df)
+    if good.empty:
+        return pd.DataFrame()
+    good["config"] = config_key(good["run_id"].astype(str))
+    keys = ["machine", "config", "hardware", "model", "batch_size", "variant"]
+    out = []
+    for values, grp in good.groupby(keys, sort=True):
+        rec = dict(zip(keys, values))
+        rec["n"] = len(grp)
+        for m in metrics:
+            if m not in grp:
+                continue
+            v = pd.to_numeric(grp[m], errors="coerce").dropna()
+            if v.empty:
+                continue
+            q1, med, q3 = np.percentile(v, [25, 50, 75])
+            rec.update({f"{m}_median": med, f"{m}_iqr": q3 - q1, f"{m}_min": v.min(), f"{m}_max": v.max(),
+                        f"{m}_noisy": bool(med > 0 and (q3 - q1) / med > 0.10)})
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per pair: the largest stable batch and the batch with the best training throughput."""
+    if df.empty:
+        return pd.DataFrame()
+    out = []
+    for (machine, hardware, model, variant), grp in df.groupby(["machine", "hardware", "model", "variant"]):
+        ok = grp[grp["status"] == "ok"]
+        failed = grp[grp["status"].isin(["oom", "unstable", "failed"])]
+        best = ok.loc[pd.to_numeric(ok["train_samples_per_s"]).idxmax()] if not ok.empty else None
+        out.append({"machine": machine, "hardware": hardware, "model": model, "variant": variant,
+                    "batch_sizes_tried": ", ".join(map(str, sorted(grp["batch_size"].unique()))),
+                    "largest_stable_batch": int(ok["batch_size"].max()) if not ok.empty else None,
+                    "best_throughput_batch": int(best["batch_size"]) if best is not None else None,
+                    "best_train_samples_per_s": float(best["train_samples_per_s"]) if best is not None else None,
+                    "failed_batches": ", ".join(f"{int(b)} ({s})" for b, s in zip(failed["batch_size"], failed["status"])) or None})
+    return pd.DataFrame(out)
+
+
+def scaling_table(df: pd.DataFrame, knob: str) -> pd.DataFrame:
+    """Throughput against a parallelism knob (threads or num_workers): speedup and parallel efficiency.
+
+    Speedup is against the smallest value measured; efficiency = speedup / (value / smallest value).
+    """
+    good = ok_rows(df)
+    if good.empty or knob not in good or good[knob].nunique() < 2:
+        return pd.DataFrame()
+    out = []
+    for keys, grp in good.groupby(["machine", "hardware", "model", "batch_size"]):
+        med = grp.groupby(knob)["train_samples_per_s"].median().sort_index()
+        base_n, base = med.index[0], med.iloc[0]
+        for n, v in med.items():
+            ratio = n / base_n if base_n else np.nan
+            out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3], knob: n,
+                        "train_samples_per_s": v, "speedup": v / base,
+                        "parallel_efficiency": (v / base) / ratio if ratio else np.nan})
+    return pd.DataFrame(out)

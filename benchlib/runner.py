@@ -6,6 +6,8 @@ benchmark notebook and ``benchlib run`` call.
 from __future__ import annotations
 
 import datetime as dt
+import gc
+import json
 import math
 import random
 import sys
@@ -18,19 +20,20 @@ import numpy as np
 import torch
 
 from . import __version__
-from .config import RunConfig, RunSettings, settings_from_mapping, setting_names
+from .config import RunConfig, RunSettings, expand_configs, setting_names, settings_from_mapping
 from .datasets import num_classes_of
 from .devices import device_name, resolve_hardware
+from .faults import maybe_inject
 from .flops import complexity_for_run
 from .inference import example_batch, measure_latency
 from .loaders import batches_per_epoch, build_loaders
 from .manifest import collect_manifest, machine_name, manifest_id
 from .memory import PeakMemory
 from .models import build_model, count_parameters
-from .results import write_manifest, write_row
+from .results import safe_name, write_manifest, write_row
 from .roofline import ensure_ceilings, place_on_roof, roof_dtype
 from .timing import Samples
-from .train import evaluate, train
+from .train import MemoryCeilingError, NonFiniteLossError, evaluate, train
 
 ProgressFn = Callable[[str], None]
 
@@ -167,7 +170,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
         "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
         "train_accuracy": None if synthetic else trained.train_accuracy,
         "test_accuracy": None if synthetic else test.accuracy,
-        "final_loss": trained.final_loss, "loss_finite": trained.loss_finite,
+        "final_loss": trained.final_loss,
         "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
         "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
         "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
@@ -182,20 +185,35 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": _now(),
     })
     row.update(roof_columns(row, ceilings, device.type))
-    if not trained.loss_finite:
-        row["status"], row["error"] = "unstable", "non-finite training loss"
     samples = {"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
                "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,
                "latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
     return row, samples
 
 
+def error_text(exc: BaseException) -> str:
+    """One line naming the error: the notebook's own exception for a failed cell, else the first line."""
+    if hasattr(exc, "ename") and hasattr(exc, "evalue"):  # papermill: the cell's exception
+        detail = f"{exc.ename}: {exc.evalue}"
+    else:
+        detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {detail}"[:500]
+
+
+def failure_status(exc: BaseException) -> str:
+    """How a configuration ended that produced no measurement: oom, unstable, or failed."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryCeilingError, MemoryError)):
+        return "oom"
+    if isinstance(exc, NonFiniteLossError):
+        return "unstable"
+    return "failed"
+
+
 def failure_row(cfg: RunConfig, exc: BaseException, machine: str | None = None) -> dict[str, Any]:
     """A row that records why a configuration produced no measurement."""
     row = base_row(cfg, machine or machine_name())
-    oom = isinstance(exc, torch.OutOfMemoryError) if hasattr(torch, "OutOfMemoryError") else False
-    row["status"] = "oom" if oom else "failed"
-    row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    row["status"] = failure_status(exc)
+    row["error"] = error_text(exc)
     row["finished_utc"] = _now()
     return row
 
@@ -209,14 +227,18 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
     manifest = collect_manifest()
     mid = manifest_id(manifest)
     write_manifest(results_dir, manifest, mid)
+    if cfg.settings.threads:
+        torch.set_num_threads(cfg.settings.threads)
     try:
         ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware))
         row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings)
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
-        if progress:
-            progress(f"{cfg.run_id} failed: {type(exc).__name__}: {exc}")
-            traceback.print_exc(file=sys.stderr)
         row, samples = failure_row(cfg, exc, manifest["machine"]), {}
+        if progress:
+            progress(f"{cfg.run_id}: {row['status']}: {type(exc).__name__}: {exc}")
+            if row["status"] == "failed":
+                traceback.print_exc(file=sys.stderr)
+        gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     row["manifest_id"] = mid
@@ -229,12 +251,38 @@ def settings_from_namespace(namespace: Mapping[str, Any], where: str = "notebook
     return settings_from_mapping({k: namespace[k] for k in setting_names() if k in namespace}, where)
 
 
+COMPLETE_STATUSES = ("ok", "skipped", "oom", "unstable")
+
+
+def completed_row(results_dir: Path, cfg: RunConfig, machine: str) -> dict[str, Any] | None:
+    """The row this machine already wrote for ``cfg`` if it is complete (a ``failed`` one is retried)."""
+    path = Path(results_dir) / "rows" / f"{safe_name(machine + '__' + cfg.run_id)}.json"
+    try:
+        row = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return row if isinstance(row, dict) and row.get("status") in COMPLETE_STATUSES else None
+
+
 def run_pair(study: str, hardware: str, model: str, batch_sizes: list[int], settings: RunSettings,
-             results_dir: str | Path) -> list[dict[str, Any]]:
-    """Measure every batch size of one hardware/model pair and record each row as it finishes."""
+             results_dir: str | Path, *, sweep: Mapping[str, list[Any]] | None = None, repeats: int = 1,
+             resume: bool = True) -> list[dict[str, Any]]:
+    """Measure every configuration of one hardware/model pair, recording each row as it finishes.
+
+    With ``resume``, configurations whose complete row already exists are skipped (their row is
+    returned as it was), so a killed study loses at most the configuration that was running.
+    """
     out = Path(results_dir)
+    machine = machine_name()
+    configs = expand_configs(study, hardware, model, batch_sizes, settings, sweep, repeats)
     rows = []
-    for i, b in enumerate(batch_sizes, 1):
-        _print_progress(f"{hardware}/{model}: configuration {i}/{len(batch_sizes)} (batch {b})")
-        rows.append(record(RunConfig(study, hardware, model, b, settings), out))
+    for i, cfg in enumerate(configs, 1):
+        done = completed_row(out, cfg, machine) if resume else None
+        if done is not None:
+            _print_progress(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}: row exists, skipped")
+            rows.append(done)
+            continue
+        _print_progress(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}")
+        maybe_inject(cfg.run_id)
+        rows.append(record(cfg, out))
     return rows

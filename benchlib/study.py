@@ -1,10 +1,14 @@
 """A study: every hardware/model pair through the benchmark notebook, then the summary and HTML.
 
 Pairs run one after another, each in its own kernel (papermill), so a pair that crashes its kernel
-costs only itself: it leaves its executed notebook and failure rows, and the study goes on.
+costs only itself: it leaves its executed notebook and failure rows, and the study goes on. Rows are
+written one per configuration as each finishes, so a re-run resumes: complete rows are kept and only
+the missing (or failed) configurations run again.
 """
 from __future__ import annotations
 
+import datetime as dt
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -13,12 +17,13 @@ from pathlib import Path
 from papermill.exceptions import PapermillExecutionError
 
 from . import publish
-from .config import StudyConfig, settings_as_params
+from .config import RunConfig, StudyConfig, settings_as_params
+from .devices import resolve_hardware
 from .manifest import machine_name
 from .results import read_results, safe_name, write_row, write_table
-from .devices import resolve_hardware
 from .roofline import ensure_ceilings
-from .runner import failure_row
+from .profiling import profile_dir
+from .runner import completed_row, error_text, failure_row
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,19 @@ class StudyPaths:
         return self.reports / "runs"
 
 
+@dataclass(frozen=True)
+class StudyOutcome:
+    pairs_run: int
+    pairs_skipped: int
+    pairs_failed: int
+    configs_failed: int
+    profiles_failed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.pairs_failed == 0 and self.configs_failed == 0 and self.profiles_failed == 0
+
+
 def _log(msg: str) -> None:
     print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
 
@@ -43,63 +61,116 @@ def pair_notebook_name(hardware: str, model: str) -> str:
     return f"{safe_name(hardware)}__{model}.ipynb"
 
 
-def _record_pair_failure(cfg: StudyConfig, hardware: str, model: str, results: Path, exc: BaseException,
-                         since: float) -> int:
-    """Failure rows for the pair's configurations that wrote no row after ``since``."""
+def move_aside(paths: StudyPaths) -> list[Path]:
+    """``--fresh``: move the study's old results and reports aside (never delete them)."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for folder in (paths.results, paths.reports):
+        if folder.exists():
+            target = folder.with_name(f"{folder.name}.old-{stamp}")
+            shutil.move(str(folder), str(target))
+            moved.append(target)
+    return moved
+
+
+def _record_pair_failure(configs: list[RunConfig], results: Path, exc: BaseException) -> int:
+    """Failure rows for the pair's configurations that have no complete row."""
     machine = machine_name()
     written = 0
-    for run in cfg.configs(hardware, model):
-        row_file = results / "rows" / f"{safe_name(machine + '__' + run.run_id)}.json"
-        if row_file.exists() and row_file.stat().st_mtime >= since:
-            continue
-        write_row(results, failure_row(run, exc, machine))
-        written += 1
+    for run in configs:
+        if completed_row(results, run, machine) is None:
+            write_row(results, failure_row(run, exc, machine))
+            written += 1
     return written
 
 
+def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict:
+    return {"study": cfg.study, "hardware": hardware, "model": model, "batch_sizes": list(cfg.batch_sizes),
+            "sweep": {k: list(v) for k, v in cfg.sweep}, "repeats": cfg.repeats, "resume": True,
+            "results_dir": str(paths.results), "figures_dir": str(paths.reports / "figures"),
+            **settings_as_params(cfg.settings)}
+
+
 def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
-              cell_timeout_s: int | None = 3600, cwd: Path | None = None) -> int:
-    """Run every pair, then the summary; returns the number of pairs that failed."""
+              cell_timeout_s: int | None = 3600, cwd: Path | None = None, fresh: bool = False) -> StudyOutcome:
+    """Run (or resume) every pair, then the summary."""
     cwd = (cwd or Path.cwd()).resolve()
     paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
+    if fresh:
+        for old in move_aside(paths):
+            _log(f"--fresh: moved old output to {old}")
     paths.results.mkdir(parents=True, exist_ok=True)
     paths.runs.mkdir(parents=True, exist_ok=True)
     bench = publish.notebooks_dir() / "benchmark.ipynb"
     pairs = cfg.pairs()
+    machine = machine_name()
     for hardware in dict.fromkeys(resolve_hardware(h) for h in cfg.hardware):
         _log(f"ceilings of {hardware} (matmul and copy, for the roofline)")
         ensure_ceilings(paths.results, hardware)
-    failed = 0
+    run = skipped = failed = 0
     t_study = time.perf_counter()
     for i, (hardware, model) in enumerate(pairs, 1):
-        _log(f"pair {i}/{len(pairs)}: {hardware} / {model} (batch sizes {list(cfg.batch_sizes)})")
-        params = {"study": cfg.study, "hardware": hardware, "model": model, "batch_sizes": list(cfg.batch_sizes),
-                  "results_dir": str(paths.results),
-                  "figures_dir": str(paths.reports / "figures"), **settings_as_params(cfg.settings)}
+        configs = cfg.configs(hardware, model)
+        todo = [c for c in configs if completed_row(paths.results, c, machine) is None]
+        if not todo:
+            _log(f"pair {i}/{len(pairs)}: {hardware} / {model}: all {len(configs)} configuration(s) have rows: skipped")
+            skipped += 1
+            continue
+        _log(f"pair {i}/{len(pairs)}: {hardware} / {model}: {len(todo)} of {len(configs)} configuration(s) to run")
         out = paths.runs / pair_notebook_name(hardware, model)
-        since = time.time()
         t0 = time.perf_counter()
+        run += 1
         try:
-            publish.execute(bench, out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
-        except (PapermillExecutionError, RuntimeError, TimeoutError) as exc:  # kernel death or cell error
+            publish.execute(bench, out, _pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s)
+        except (PapermillExecutionError, RuntimeError, TimeoutError) as exc:  # cell error, dead kernel, timeout
             failed += 1
-            n = _record_pair_failure(cfg, hardware, model, paths.results, exc, since)
+            n = _record_pair_failure(configs, paths.results, exc)
             _log(f"pair {hardware} / {model} failed ({type(exc).__name__}); {n} failure row(s) written; going on")
         if out.exists():
             publish.render_html(out)
         _log(f"pair {i}/{len(pairs)} done in {time.perf_counter() - t0:.0f} s")
+    profiles_failed = 0
+    if cfg.profile:
+        for hardware, model in pairs:
+            profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s)
     summarize([paths.results], paths.reports, title=f"benchlib study: {cfg.study}", cwd=cwd,
               cell_timeout_s=cell_timeout_s)
-    _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: "
-         f"{len(pairs) - failed}/{len(pairs)} pairs ran; report {reports_root.resolve() / 'index.html'}")
-    return failed
+    rows = read_results([paths.results])
+    mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
+    configs_failed = int((mine["status"] == "failed").sum())
+    _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
+         f"complete, {failed} failed; {configs_failed} failed configuration(s); "
+         f"report {reports_root.resolve() / 'index.html'}")
+    return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)
+
+
+def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,
+                  cell_timeout_s: int | None) -> bool:
+    """Run the profile notebook for one pair at its first batch size (skipped when already profiled)."""
+    run = RunConfig(cfg.study, hardware, model, cfg.batch_sizes[0], cfg.settings)
+    if (profile_dir(paths.results, machine_name(), run) / "profile.json").exists():
+        _log(f"profile {hardware} / {model}: already recorded, skipped")
+        return True
+    _log(f"profile {hardware} / {model} (batch {run.batch_size})")
+    out = paths.reports / "profile" / pair_notebook_name(hardware, model)
+    params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
+              if k not in ("batch_sizes", "sweep", "repeats", "resume")}
+    params["batch_size"] = run.batch_size
+    try:
+        publish.execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
+        return True
+    except (PapermillExecutionError, RuntimeError, TimeoutError) as exc:
+        _log(f"profile {hardware} / {model} failed: {error_text(exc)}")
+        return False
+    finally:
+        if out.exists():
+            publish.render_html(out)
 
 
 def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Path | None = None,
               cell_timeout_s: int | None = 3600) -> Path:
     """Run the summary notebook over ``results_dirs`` into ``report_dir`` and publish HTML and index."""
     for d in results_dirs:
-        read_results([d])  # fail early on a missing folder
         write_table(d)
     report_dir.mkdir(parents=True, exist_ok=True)
     out = report_dir / "summary.ipynb"

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+import psutil
 import torch
 from torch import nn
 
@@ -18,6 +19,24 @@ from .config import RunSettings
 from .timing import RegionClock, StepTimer
 
 ProgressFn = Callable[[str], None]
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite: the configuration is unstable (status ``unstable``)."""
+
+
+class MemoryCeilingError(MemoryError):
+    """The process RSS passed the configured CPU memory ceiling (status ``oom``)."""
+
+
+def _check_step(loss: torch.Tensor, step: int, memory_limit_bytes: int | None) -> None:
+    """Per-step guards, run after the step's end was recorded so they never count in its time."""
+    if not bool(torch.isfinite(loss.detach())):
+        raise NonFiniteLossError(f"non-finite training loss ({float(loss.detach())}) at step {step}")
+    if memory_limit_bytes is not None:
+        rss = psutil.Process().memory_info().rss
+        if rss > memory_limit_bytes:
+            raise MemoryCeilingError(f"RSS {rss} bytes passed memory_limit_bytes {memory_limit_bytes} at step {step}")
 
 
 def make_optimizer(model: nn.Module, s: RunSettings) -> torch.optim.Optimizer:
@@ -37,7 +56,6 @@ class TrainResult:
     timed_samples: int = 0
     train_accuracy: float = math.nan
     final_loss: float = math.nan
-    loss_finite: bool = True
     sync_per_step: bool = False
 
 
@@ -89,6 +107,7 @@ def train(
                 loss.backward()
                 optimizer.step()
                 timer.stop()
+                _check_step(loss, step, s.memory_limit_bytes)
                 correct += (out.detach().argmax(1) == y).sum()
                 loss_sum += loss.detach()
                 seen += int(y.shape[0])
@@ -112,7 +131,6 @@ def train(
             result.epoch_s.append(clock.seconds)
         result.train_accuracy = float(correct.item()) / max(1, seen)
         result.final_loss = float(loss_sum.item()) / max(1, steps_this_epoch)
-        result.loss_finite = result.loss_finite and math.isfinite(result.final_loss)
         if progress:
             progress(f"epoch {epoch + 1}/{epochs} done in {clock.seconds:.2f} s, loss {result.final_loss:.4f}, "
                      f"running accuracy {result.train_accuracy:.3f}")

@@ -16,7 +16,7 @@ from benchlib.results import read_results
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
-@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb"])
+@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb", "profile.ipynb"])
 def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -27,7 +27,7 @@ def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
 def test_benchmark_parameters_match_run_settings():
     declared = papermill.inspect_notebook(str(NOTEBOOKS / "benchmark.ipynb"))
     settings = {f.name: f.default for f in dataclasses.fields(RunSettings)}
-    grid = {"study", "hardware", "model", "batch_sizes", "results_dir", "figures_dir"}
+    grid = {"study", "hardware", "model", "batch_sizes", "results_dir", "figures_dir", "sweep", "repeats", "resume"}
     assert set(declared) == set(settings) | grid
     for name, default in settings.items():
         assert declared[name]["default"] == repr(default), name
@@ -35,7 +35,7 @@ def test_benchmark_parameters_match_run_settings():
 
 def test_notebook_cells_stay_thin():
     """Every code cell is a few lines that call benchlib: no logic lives only in a notebook."""
-    for name in ("benchmark.ipynb", "summary.ipynb"):
+    for name in ("benchmark.ipynb", "summary.ipynb", "profile.ipynb"):
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         for cell in nb.cells:
             if cell.cell_type == "code" and "parameters" not in cell.metadata.get("tags", []):
@@ -50,7 +50,7 @@ def test_tiny_study_through_papermill(tmp_path):
     params.write_text(yaml.safe_dump({
         "study": "tiny", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"], "batch_sizes": [8, 16],
         "dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
-        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1,
+        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1, "profile": True,
     }))
     results, reports = tmp_path / "results", tmp_path / "reports"
     code = main(["study", str(params), "--results-root", str(results), "--reports-root", str(reports)])
@@ -65,10 +65,10 @@ def test_tiny_study_through_papermill(tmp_path):
     assert {p.name for p in runs.glob("*.ipynb")} == {"cpu__squeezenet1_1.ipynb", "cpu__resnet18.ipynb"}
     assert len(list(runs.glob("*.html"))) == 2
     summary = (reports / "tiny" / "summary.html").read_text()
+    index = (reports / "index.html").read_text()
     assert "Cross-device speedup" in summary and "squeezenet1_1" in summary
     assert "views.pair_table" not in summary, "published HTML hides the code"
     assert (reports / "tiny" / "figures" / "train_samples_per_s.png").stat().st_size > 1000
-    index = (reports / "index.html").read_text()
     assert 'href="tiny/summary.html"' in index and 'href="tiny/runs/cpu__resnet18.html"' in index
     for executed_path in (runs / "cpu__resnet18.ipynb", reports / "tiny" / "summary.ipynb"):
         executed = nbformat.read(executed_path, as_version=4)
@@ -77,5 +77,9 @@ def test_tiny_study_through_papermill(tmp_path):
     assert (reports / "tiny" / "figures" / "roofline_model__resnet18.png").exists()
     assert (reports / "tiny" / "figures" / "roofline_batch_effect.png").exists()
     assert "No point lies above its roof" in summary
+    profiles = sorted((results / "tiny" / "profiles").glob("*/breakdown.csv"))
+    assert len(profiles) == 2, "one profile per pair, at its first batch size"
+    assert (reports / "tiny" / "figures" / "profile_step_breakdown.png").exists()
+    assert 'href="tiny/profile/cpu__resnet18.html"' in index
     assert (df["above_roof"] == False).all()  # noqa: E712  (a point above its roof is a measurement bug)
     assert (df["flops_per_sample"] > 0).all() and (df["roof_fraction"] > 0).all()

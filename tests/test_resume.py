@@ -1,0 +1,157 @@
+"""Nothing lost: resume after SIGKILL, failing and dying notebooks as data, concurrent writers, sweeps."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlib.cli import main
+from benchlib.config import RunSettings
+from benchlib.results import read_results
+from benchlib.runner import run_pair
+
+TINY = {"dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
+        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1}
+
+
+def _study(tmp_path: Path, **extra) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1"],
+                                    "batch_sizes": [4, 8], **TINY, **extra}))
+    return path
+
+
+def _rows(tmp_path: Path):
+    return sorted((tmp_path / "results" / "s" / "rows").glob("*.json"))
+
+
+def _cli(tmp_path: Path, params: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "benchlib", "study", str(params), "--results-root", str(tmp_path / "results"),
+            "--reports-root", str(tmp_path / "reports"), *extra]
+
+
+@pytest.mark.notebook
+def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
+    params = _study(tmp_path, models=["squeezenet1_1", "resnet18"])
+    proc = subprocess.Popen(_cli(tmp_path, params), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(_rows(tmp_path)) < 1:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the study and its kernel, mid-way
+    proc.wait(timeout=30)
+    before = {p.name: p.read_text() for p in _rows(tmp_path)}
+    assert 1 <= len(before) < 4, "the kill should land mid-study"
+    time.sleep(0.5)
+    done = subprocess.run(_cli(tmp_path, params), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    df = read_results([tmp_path / "results" / "s"])
+    assert len(df) == 4 and df["run_id"].is_unique and (df["status"] == "ok").all()
+    for name, text in before.items():  # rows written before the kill are kept as they were
+        assert (tmp_path / "results" / "s" / "rows" / name).read_text() == text
+    assert "already complete" in done.stderr or "row exists, skipped" in done.stderr or len(before) >= 1
+
+
+@pytest.mark.notebook
+def test_raising_and_dying_notebooks_become_failure_rows(tmp_path, monkeypatch):
+    params = _study(tmp_path, models=["squeezenet1_1", "resnet18"], batch_sizes=[4])
+    env = {**os.environ, "BENCHLIB_FAULT": "exit@resnet18"}
+    proc = subprocess.run(_cli(tmp_path, params), capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1, "a failed pair makes the study exit non-zero"
+    df = read_results([tmp_path / "results" / "s"]).set_index("model")
+    assert df.loc["squeezenet1_1", "status"] == "ok", "the study went on past the dead kernel"
+    assert df.loc["resnet18", "status"] == "failed" and "DeadKernel" in df.loc["resnet18", "error"]
+    assert (tmp_path / "reports" / "s" / "runs" / "cpu__resnet18.ipynb").exists()
+    summary = (tmp_path / "reports" / "s" / "summary.html").read_text()
+    assert "Failed and skipped" in summary and "DeadKernel" in summary
+
+    env["BENCHLIB_FAULT"] = "raise@squeezenet1_1"
+    proc = subprocess.run(_cli(tmp_path, params, "--fresh"), capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1
+    assert list(tmp_path.joinpath("results").glob("s.old-*")), "--fresh moves old results aside"
+    df = read_results([tmp_path / "results" / "s"]).set_index("model")
+    assert df.loc["squeezenet1_1", "status"] == "failed" and "InjectedFault" in df.loc["squeezenet1_1", "error"]
+    assert df.loc["resnet18", "status"] == "ok"
+    executed = json.loads((tmp_path / "reports" / "s" / "runs" / "cpu__squeezenet1_1.ipynb").read_text())
+    assert any(o.get("output_type") == "error" for c in executed["cells"] for o in c.get("outputs", []))
+
+
+def test_resume_skips_complete_rows_and_retries_failed(tmp_path, capsys):
+    settings = RunSettings(**TINY)
+    out = tmp_path / "r"
+    first = run_pair("s", "cpu", "squeezenet1_1", [4, 8], settings, out)
+    second = run_pair("s", "cpu", "squeezenet1_1", [4, 8], settings, out)
+    assert [r["finished_utc"] for r in first] == [r["finished_utc"] for r in second]
+    assert capsys.readouterr().err.count("row exists, skipped") == 2
+    row_file = next((out / "rows").glob("*bs4*.json"))
+    row = json.loads(row_file.read_text())
+    row_file.write_text(json.dumps({**row, "status": "failed"}))
+    third = run_pair("s", "cpu", "squeezenet1_1", [4, 8], settings, out)
+    assert third[0]["status"] == "ok" and third[0]["finished_utc"] >= row["finished_utc"]
+
+
+def test_sweep_records_oom_and_nan_and_goes_on(tmp_path):
+    settings = RunSettings(**TINY)
+    rows = run_pair("s", "cpu", "squeezenet1_1", [4], settings, tmp_path,
+                    sweep={"lr": [0.01, 1e9], "memory_limit_bytes": [None, 1]})
+    status = {(r["lr"], r["run_id"].endswith("memory_limit_bytes1__seed0")): r["status"] for r in rows}
+    assert len(rows) == 4
+    assert status[(0.01, False)] == "ok"
+    assert status[(0.01, True)] == "oom" and status[(1e9, True)] == "oom"
+    assert status[(1e9, False)] == "unstable"
+    unstable = next(r for r in rows if r["status"] == "unstable")
+    assert "non-finite training loss" in unstable["error"] and "at step" in unstable["error"]
+    assert len(read_results([tmp_path])) == 4
+
+
+def test_repeats_run_each_configuration_with_several_seeds(tmp_path):
+    rows = run_pair("s", "cpu", "squeezenet1_1", [4], RunSettings(**TINY), tmp_path, repeats=3)
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    from benchlib.report import repeat_summary
+
+    agg = repeat_summary(read_results([tmp_path]))
+    assert len(agg) == 1 and agg.loc[0, "n"] == 3
+    values = sorted(r["train_samples_per_s"] for r in rows)
+    assert agg.loc[0, "train_samples_per_s_median"] == pytest.approx(values[1])
+    assert agg.loc[0, "train_samples_per_s_min"] == pytest.approx(values[0])
+    assert agg.loc[0, "train_samples_per_s_max"] == pytest.approx(values[2])
+    assert agg.loc[0, "train_samples_per_s_iqr"] >= 0
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from benchlib.results import ROW_COLUMNS, write_row, write_table
+out, name = Path(sys.argv[1]), sys.argv[2]
+for i in range(40):
+    row = {c: None for c in ROW_COLUMNS}
+    row.update(study="s", run_id=f"{name}-{i}", machine=name, status="ok", finished_utc=str(i))
+    write_row(out, row, {"train_step_s": [0.1] * 200})
+    if i % 10 == 0:
+        write_table(out)
+"""
+
+
+def test_two_concurrent_writers_lose_nothing(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), name]) for name in ("a", "b")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    df = read_results([tmp_path])
+    assert len(df) == 80 and df["run_id"].is_unique
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert len(list((tmp_path / "samples").glob("*.csv"))) == 80
+
+
+def test_report_skips_a_corrupt_results_file_and_reports_the_rest(tmp_path, capsys):
+    run_pair("s", "cpu", "squeezenet1_1", [4], RunSettings(**TINY), tmp_path / "res")
+    (tmp_path / "res" / "rows" / "truncated.json").write_text('{"study": "s", "run_id": "x", "mach')
+    with pytest.warns(UserWarning, match="truncated.json"):
+        code = main(["report", str(tmp_path / "res"), "--reports-root", str(tmp_path / "reports")])
+    assert code == 0
+    assert (tmp_path / "reports" / "res" / "summary.html").exists()
