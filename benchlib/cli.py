@@ -73,6 +73,20 @@ def _config_from_args(args: argparse.Namespace) -> "RunConfig":
     return RunConfig(args.study, args.device, args.model, args.batch_size, settings)
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """A study whose grid sweeps batch sizes (list or doubling range), threads or workers, then its analysis."""
+    from .study import summarize
+
+    code = _cmd_study(args)
+    from .config import load_study
+
+    cfg = load_study(args.params)
+    results = Path(args.results_root).resolve() / cfg.study
+    summarize([results], Path(args.reports_root).resolve() / cfg.study, title=f"benchlib sweep: {cfg.study}",
+              notebook="sweep", cell_timeout_s=args.cell_timeout)
+    return code
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import measure, record
 
@@ -220,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true",
                    help="start over: move the study's old results and reports aside (nothing is deleted)")
     p.set_defaults(func=_cmd_study)
+
+    p = sub.add_parser("sweep", help="run a sweep study (batch sizes, threads, workers) and its sweep analysis")
+    p.add_argument("params", help="study params file with several batch_sizes or a sweep: mapping")
+    p.add_argument("--results-root", default="results")
+    p.add_argument("--reports-root", default="reports")
+    p.add_argument("--cell-timeout", type=int, default=3600)
+    p.add_argument("--fresh", action="store_true", help="move the study's old results and reports aside first")
+    p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("run", help="measure one configuration")
     _add_config_args(p)

@@ -151,6 +151,32 @@ def profile_result(result: Any, out_dir: str) -> None:
                      + " ".join(result.notes)))
 
 
+def repeats(df: pd.DataFrame) -> Any:
+    """Median, IQR, min and max over the seeds of each configuration; noisy figures flagged."""
+    agg = report.repeat_summary(df)
+    if agg.empty or (agg["n"] < 2).all():
+        return Markdown("*One seed per configuration: set `repeats: N` in the study for spreads across seeds.*")
+    return _show(agg, "")
+
+
+def sweep(df: pd.DataFrame, figures_dir: str) -> None:
+    """Largest stable and best-throughput batch per pair, sweep plots, thread and worker scaling."""
+    display(_show(report.sweep_summary(df), "no configurations"))
+    figures = [plots.batch_sweep(df, figures_dir)]
+    for knob in ("threads", "num_workers"):
+        table = report.scaling_table(df, knob)
+        if not table.empty:
+            display(Markdown(f"### Scaling with {knob}"))
+            display(_show(table, ""))
+            figures.append(plots.scaling(table, knob, figures_dir))
+    shown = [f for f in figures if f is not None]
+    for fig in shown:
+        display(fig)
+        plots.plt.close(fig)
+    if not shown:
+        display(Markdown("*Nothing was swept: give several batch sizes, or `sweep: {threads: [...]}`.*"))
+
+
 def manifests(results_dirs: Iterable[str]) -> Any:
     records = []
     for d in results_dirs:

@@ -221,3 +221,51 @@ def top_operators(profile: dict[str, Any], figures_dir: str | Path, n: int = 12)
     fig.tight_layout()
     save(fig, figures_dir, safe_name(f"profile_ops__{profile['machine']}__{profile['run_id']}"))
     return fig
+
+
+def batch_sweep(df: pd.DataFrame, figures_dir: str | Path) -> plt.Figure | None:
+    """Throughput, memory and step time against batch size; failed batches (oom, unstable) marked."""
+    if df.empty or df["batch_size"].nunique() < 2:
+        return None
+    data = df.copy()
+    data["device"] = device_label(data)
+    data["curve"] = data["model"] + " @ " + data["device"]
+    good = data[data["status"] == "ok"].copy()
+    memory_col = "peak_cuda_allocated_bytes" if good["peak_cuda_allocated_bytes"].notna().any() else "peak_rss_bytes"
+    good["memory_mib"] = pd.to_numeric(good[memory_col], errors="coerce") / 2**20
+    good["step_ms"] = pd.to_numeric(good["train_step_s_median"], errors="coerce") * 1000
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, col, label in zip(axes, ("train_samples_per_s", "memory_mib", "step_ms"),
+                              ("training throughput (samples/s)", f"{memory_col.replace('_bytes', '')} (MiB)",
+                               "median step time (ms)")):
+        if not good.empty:
+            sns.lineplot(data=good, x="batch_size", y=col, hue="curve", marker="o", ax=ax, errorbar=None,
+                         legend=ax is axes[0])
+        failed = data[data["status"].isin(["oom", "unstable", "failed"])]
+        for _, r in failed.iterrows():
+            ax.axvline(r["batch_size"], color="red", linestyle=":", alpha=0.6)
+            ax.annotate(r["status"], (r["batch_size"], 0.02), xycoords=("data", "axes fraction"), color="red",
+                        fontsize=7, rotation=90)
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel(label)
+    fig.suptitle("batch-size sweep (red: batch sizes that failed)")
+    fig.tight_layout()
+    save(fig, figures_dir, "sweep_batch_size")
+    return fig
+
+
+def scaling(table: pd.DataFrame, knob: str, figures_dir: str | Path) -> plt.Figure | None:
+    """Throughput and parallel efficiency against threads or DataLoader workers."""
+    if table.empty:
+        return None
+    t = table.copy()
+    t["curve"] = t["model"] + " bs" + t["batch_size"].astype(str) + " @ " + t["hardware"].astype(str)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    sns.lineplot(data=t, x=knob, y="train_samples_per_s", hue="curve", marker="o", ax=axes[0])
+    sns.lineplot(data=t, x=knob, y="parallel_efficiency", hue="curve", marker="o", ax=axes[1], legend=False)
+    axes[0].set_ylabel("training throughput (samples/s)")
+    axes[1].set_ylabel("parallel efficiency")
+    axes[1].axhline(1.0, color="grey", linewidth=0.8)
+    fig.tight_layout()
+    save(fig, figures_dir, f"scaling_{knob}")
+    return fig

@@ -168,17 +168,20 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
 
 
 def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Path | None = None,
-              cell_timeout_s: int | None = 3600) -> Path:
-    """Run the summary notebook over ``results_dirs`` into ``report_dir`` and publish HTML and index."""
+              cell_timeout_s: int | None = 3600, notebook: str = "summary") -> Path:
+    """Run an analysis notebook (``summary``, ``sweep``) over ``results_dirs`` into ``report_dir``.
+
+    Publishes its HTML and refreshes the reports index.
+    """
     for d in results_dirs:
         write_table(d)
     report_dir.mkdir(parents=True, exist_ok=True)
-    out = report_dir / "summary.ipynb"
+    out = report_dir / f"{notebook}.ipynb"
     params = {"results_dirs": [str(Path(d).resolve()) for d in results_dirs],
               "figures_dir": str((report_dir / "figures").resolve()), "title": title}
-    _log(f"summary of {len(results_dirs)} results folder(s) -> {out}")
+    _log(f"{notebook} of {len(results_dirs)} results folder(s) -> {out}")
     try:
-        publish.execute(publish.notebooks_dir() / "summary.ipynb", out, params, cwd=(cwd or Path.cwd()),
+        publish.execute(publish.notebooks_dir() / f"{notebook}.ipynb", out, params, cwd=(cwd or Path.cwd()),
                         cell_timeout_s=cell_timeout_s)
     finally:
         if out.exists():
