@@ -40,8 +40,12 @@ def _cmd_study(args: argparse.Namespace) -> int:
     cfg = load_study(args.params)
     if args.cell_timeout < 1:
         raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
+    pair = getattr(args, "pair", None)
+    if pair is not None and not 0 <= pair < len(cfg.pairs()):
+        raise ConfigError(f"command line: --pair {pair}; allowed: 0..{len(cfg.pairs()) - 1} ({len(cfg.pairs())} pairs in {args.params})")
     outcome = run_study(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
-                        cell_timeout_s=args.cell_timeout, fresh=args.fresh)
+                        cell_timeout_s=args.cell_timeout, fresh=args.fresh, only_pair=pair,
+                        summary=not getattr(args, "no_summary", False))
     return 0 if outcome.ok else EXIT_FAILURES
 
 
@@ -85,6 +89,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     summarize([results], Path(args.reports_root).resolve() / cfg.study, title=f"benchlib sweep: {cfg.study}",
               notebook="sweep", cell_timeout_s=args.cell_timeout)
     return code
+
+
+def _cmd_slurm(args: argparse.Namespace) -> int:
+    from .config import load_study
+    from .slurm import SlurmResources, submit, write_script
+
+    cfg = load_study(args.params, check_devices=False)  # the cluster's nodes have the devices, not this one
+    res = SlurmResources(args.time, args.cpus_per_task, args.mem, args.gpus_per_task, args.partition, args.account)
+    script = write_script(cfg, Path(args.params), res, Path(args.out_dir), workdir=Path.cwd())
+    print(script)
+    if args.submit:
+        print(submit(script))
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -233,7 +250,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a notebook cell may run")
     p.add_argument("--fresh", action="store_true",
                    help="start over: move the study's old results and reports aside (nothing is deleted)")
+    p.add_argument("--pair", type=int, help="run only pair number PAIR (0-based; what a SLURM array task does)")
+    p.add_argument("--no-summary", action="store_true", help="skip the summary (build it later with benchlib report)")
     p.set_defaults(func=_cmd_study)
+
+    p = sub.add_parser("slurm", help="write (and with --submit, submit) a SLURM job array: one task per pair")
+    p.add_argument("params")
+    p.add_argument("--time", default="02:00:00")
+    p.add_argument("--cpus-per-task", type=int, default=4)
+    p.add_argument("--mem", default="16G")
+    p.add_argument("--gpus-per-task", type=int, default=0)
+    p.add_argument("--partition")
+    p.add_argument("--account")
+    p.add_argument("--out-dir", default="slurm", help="where the .sbatch script is written")
+    p.add_argument("--submit", action="store_true", help="submit it with sbatch")
+    p.set_defaults(func=_cmd_slurm)
 
     p = sub.add_parser("sweep", help="run a sweep study (batch sizes, threads, workers) and its sweep analysis")
     p.add_argument("params", help="study params file with several batch_sizes or a sweep: mapping")

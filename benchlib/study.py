@@ -92,8 +92,9 @@ def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths)
 
 
 def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
-              cell_timeout_s: int | None = 3600, cwd: Path | None = None, fresh: bool = False) -> StudyOutcome:
-    """Run (or resume) every pair, then the summary."""
+              cell_timeout_s: int | None = 3600, cwd: Path | None = None, fresh: bool = False,
+              only_pair: int | None = None, summary: bool = True) -> StudyOutcome:
+    """Run (or resume) every pair (or only pair number ``only_pair``), then the summary."""
     cwd = (cwd or Path.cwd()).resolve()
     paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
     if fresh:
@@ -102,9 +103,9 @@ def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports
     paths.results.mkdir(parents=True, exist_ok=True)
     paths.runs.mkdir(parents=True, exist_ok=True)
     bench = publish.notebooks_dir() / "benchmark.ipynb"
-    pairs = cfg.pairs()
+    pairs = cfg.pairs() if only_pair is None else [cfg.pairs()[only_pair]]
     machine = machine_name()
-    for hardware in dict.fromkeys(resolve_hardware(h) for h in cfg.hardware):
+    for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
         _log(f"ceilings of {hardware} (matmul and copy, for the roofline)")
         ensure_ceilings(paths.results, hardware)
     run = skipped = failed = 0
@@ -133,8 +134,9 @@ def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports
     if cfg.profile:
         for hardware, model in pairs:
             profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s)
-    summarize([paths.results], paths.reports, title=f"benchlib study: {cfg.study}", cwd=cwd,
-              cell_timeout_s=cell_timeout_s)
+    if summary:
+        summarize([paths.results], paths.reports, title=f"benchlib study: {cfg.study}", cwd=cwd,
+                  cell_timeout_s=cell_timeout_s)
     rows = read_results([paths.results])
     mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
     configs_failed = int((mine["status"] == "failed").sum())
