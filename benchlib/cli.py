@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -104,14 +105,36 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
+    """``benchlib run --nproc-per-node N``: the same command under torchrun, N processes on this node."""
+    rest = [a for i, a in enumerate(argv) if not (a.startswith("--nproc-per-node")
+                                                   or (i > 0 and argv[i - 1] == "--nproc-per-node"))]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "benchlib", *rest]
+    print(f"[benchlib] launching {nproc} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    return subprocess.run(cmd).returncode
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .distributed import launched_by_torchrun
     from .runner import measure, record
 
+    if args.nproc_per_node < 1:
+        raise ConfigError(f"command line: --nproc-per-node {args.nproc_per_node}; allowed: integers >= 1")
+    if args.nproc_per_node > 1 and not launched_by_torchrun():
+        return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
     cfg = _config_from_args(args)
     if args.no_save:
         row, _ = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
     else:
         row = record(cfg, Path(args.results_dir))
+    if launched_by_torchrun():
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if row is None:  # data-parallel rank > 0: rank 0 reports
+        return 0
     if args.json:
         print(json.dumps(row, default=str, allow_nan=False) if _finite(row) else json.dumps(_nan_to_none(row), default=str))
     else:
@@ -280,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", default="results/adhoc")
     p.add_argument("--no-save", action="store_true", help="print only, write no results files")
     p.add_argument("--json", action="store_true", help="print the row as one JSON object")
+    p.add_argument("--nproc-per-node", type=int, default=1,
+                   help="data-parallel processes (DDP through torchrun; gloo on CPU, NCCL on GPUs); the batch is global")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("profile", help="profile training steps of one configuration with torch.profiler")
@@ -327,7 +352,9 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     try:
         return int(args.func(args))
     except BenchlibError as exc:

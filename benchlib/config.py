@@ -27,6 +27,7 @@ OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32",)
 DIGITS_TRAIN_SAMPLES = 1437
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def _f(default: Any, help: str, **checks: Any) -> Any:
@@ -183,6 +184,8 @@ def coerce_setting(name: str, value: Any, where: str) -> Any:
         if optional:
             return None
         raise ConfigError(f"{where}: key '{name}' must not be empty; allowed: {allowed}")
+    if tp is float and isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
     ok_type = (isinstance(value, bool) if tp is bool else
                isinstance(value, int) and not isinstance(value, bool) if tp is int else
                isinstance(value, (int, float)) and not isinstance(value, bool) if tp is float else

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from .config import RunSettings
 from .datasets import load_dataset
@@ -33,15 +33,18 @@ class SyntheticBatches:
     """
 
     def __init__(self, samples: int, batch_size: int, image_size: int, num_classes: int,
-                 device: torch.device, seed: int):
+                 device: torch.device, seed: int, shard: tuple[int, int] = (0, 1)):
+        rank, world = shard
+        global_batch = batch_size * world
         gen = torch.Generator().manual_seed(seed)
-        distinct = min(_SYNTHETIC_DISTINCT_BATCHES, max(1, samples // batch_size))
+        distinct = min(_SYNTHETIC_DISTINCT_BATCHES, max(1, samples // global_batch))
+        part = slice(rank * batch_size, (rank + 1) * batch_size)  # each rank's share of the same global batch
         self._batches = [
-            (torch.randn(batch_size, 3, image_size, image_size, generator=gen).to(device),
-             torch.randint(0, num_classes, (batch_size,), generator=gen).to(device))
+            (torch.randn(global_batch, 3, image_size, image_size, generator=gen)[part].to(device),
+             torch.randint(0, num_classes, (global_batch,), generator=gen)[part].to(device))
             for _ in range(distinct)
         ]
-        self._len = max(1, samples // batch_size)
+        self._len = max(1, samples // global_batch)
         self.batch_size = batch_size
 
     def __len__(self) -> int:
@@ -62,13 +65,17 @@ class Loaders:
     synthetic: bool
 
 
-def build_loaders(s: RunSettings, batch_size: int, device: torch.device) -> Loaders:
+def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: tuple[int, int] = (0, 1)) -> Loaders:
     """Train and test loaders for the settings; training drops the last partial batch.
 
-    Dropping it keeps step times comparable and avoids BatchNorm's failure on a batch of one.
+    Dropping it keeps step times comparable and avoids BatchNorm's failure on a batch of one. With
+    ``shard=(rank, world_size)`` the training data is split across data-parallel ranks (``batch_size``
+    is then the per-rank batch); the test loader stays whole (rank 0 evaluates).
     """
+    rank, world = shard
     if s.dataset == "synthetic":
-        train = SyntheticBatches(s.synthetic_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed)
+        train = SyntheticBatches(s.synthetic_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed,
+                                 shard)
         test_samples = max(batch_size, s.synthetic_samples // 4)
         test = SyntheticBatches(test_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed + 1)
         return Loaders(train, test, s.synthetic_classes, len(train) * batch_size, len(test) * batch_size, True)
@@ -77,8 +84,12 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device) -> Load
     common = dict(num_workers=s.num_workers, pin_memory=s.pin_memory and device.type == "cuda",
                   persistent_workers=s.persistent_workers and s.num_workers > 0,
                   worker_init_fn=seed_worker if s.num_workers > 0 else None)
-    train = DataLoader(splits.train, batch_size=batch_size, shuffle=True, drop_last=True,
-                       generator=torch.Generator().manual_seed(s.seed), **common)
+    if world > 1:
+        sampler = DistributedSampler(splits.train, num_replicas=world, rank=rank, shuffle=True, seed=s.seed, drop_last=True)
+        train = DataLoader(splits.train, batch_size=batch_size, sampler=sampler, drop_last=True, **common)
+    else:
+        train = DataLoader(splits.train, batch_size=batch_size, shuffle=True, drop_last=True,
+                           generator=torch.Generator().manual_seed(s.seed), **common)
     test = DataLoader(splits.test, batch_size=batch_size, shuffle=False, drop_last=False, **common)
     return Loaders(train, test, splits.num_classes, len(train) * batch_size, len(splits.test), False)
 

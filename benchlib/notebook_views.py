@@ -163,7 +163,7 @@ def sweep(df: pd.DataFrame, figures_dir: str) -> None:
     """Largest stable and best-throughput batch per pair, sweep plots, thread and worker scaling."""
     display(_show(report.sweep_summary(df), "no configurations"))
     figures = [plots.batch_sweep(df, figures_dir)]
-    for knob in ("threads", "num_workers"):
+    for knob in ("threads", "num_workers", "world_size"):
         table = report.scaling_table(df, knob)
         if not table.empty:
             display(Markdown(f"### Scaling with {knob}"))
@@ -175,6 +175,18 @@ def sweep(df: pd.DataFrame, figures_dir: str) -> None:
         plots.plt.close(fig)
     if not shown:
         display(Markdown("*Nothing was swept: give several batch sizes, or `sweep: {threads: [...]}`.*"))
+
+
+def device_scaling(df: pd.DataFrame, figures_dir: str) -> Any:
+    """Data-parallel scaling: throughput per process count, speedup and efficiency against one process."""
+    table = report.scaling_table(df, "world_size")
+    if table.empty:
+        return Markdown("*One process per configuration: run with `--nproc-per-node N` to see data-parallel scaling.*")
+    fig = plots.scaling(table, "world_size", figures_dir)
+    if fig is not None:
+        display(fig)
+        plots.plt.close(fig)
+    return _show(table, "")
 
 
 def manifests(results_dirs: Iterable[str]) -> Any:

@@ -9,6 +9,7 @@ import datetime as dt
 import gc
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -19,7 +20,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from . import __version__
+from torch.nn.parallel import DistributedDataParallel
+
+from . import __version__, distributed
 from .config import RunConfig, RunSettings, expand_configs, setting_names, settings_from_mapping
 from .datasets import num_classes_of
 from .devices import device_name, resolve_hardware
@@ -123,13 +126,18 @@ def roof_columns(row: Mapping[str, Any], ceilings: Mapping[str, Any] | None, dev
 
 
 def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
-            ceilings: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, list[float]]]:
+            ceilings: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
     """Train, evaluate and time one configuration; return (row, raw samples by series).
 
     With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
+    Under torchrun the model trains data-parallel on every rank and only rank 0 gets a row (others: None).
     """
     s = cfg.settings
     device = torch.device(resolve_hardware(cfg.hardware))
+    dist_info = distributed.init(device.type)
+    device = distributed.rank_device(device, dist_info)
+    local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
+    world = dist_info.world_size if dist_info else 1
     row = base_row(cfg, machine or machine_name())
     row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
     row["device_name"] = device_name(device)
@@ -137,22 +145,30 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     row.update(work_columns(cfg, _num_classes(s)))  # counted before the memory window opens
     seed_everything(s.seed)
     memory = PeakMemory(device).start()
-    loaders = build_loaders(s, cfg.batch_size, device)
+    loaders = build_loaders(s, local_batch, device, (dist_info.rank, world) if dist_info else (0, 1))
     model = build_model(cfg.model, loaders.num_classes, pretrained=s.pretrained,
                         freeze_backbone=s.freeze_backbone, weights_path=s.weights_path).to(device)
+    net = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+           if dist_info else model)
     params, trainable = count_parameters(model)
     per_epoch = batches_per_epoch(loaders.train, s.max_train_batches)
     if per_epoch < 1:
         raise ValueError(f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples")
     if progress:
         progress(f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
-    trained = train(model, loaders.train, device, s, per_epoch, progress=progress)
+    trained = train(net, loaders.train, device, s, per_epoch, progress=progress)
+    in_sync = distributed.weights_in_sync(model, dist_info)
+    if dist_info is not None and not dist_info.is_main:
+        memory.stop()
+        distributed.barrier(dist_info)  # wait while rank 0 evaluates
+        return None, {}
     test = evaluate(model, loaders.test, device)
     batch1 = example_batch(loaders.test, 1, device)
     batch_n = example_batch(loaders.test, cfg.batch_size, device)
     lat1 = measure_latency(model, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
     latn = measure_latency(model, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
     mem = memory.stop()
+    distributed.barrier(dist_info)
 
     steps = Samples.of(trained.step_s)
     epochs = Samples.of(trained.epoch_s)
@@ -163,7 +179,9 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
         "test_samples": loaders.test_samples, "batches_per_epoch": per_epoch, "warmup_steps": s.warmup_steps,
         "train_steps": steps.n, "train_steps_total": trained.total_steps,
         "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
-        "train_samples_per_s": trained.timed_samples / steps.total if steps.total > 0 else math.nan,
+        "train_samples_per_s": trained.timed_samples * world / steps.total if steps.total > 0 else math.nan,
+        "world_size": world, "per_rank_batch_size": local_batch,
+        "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
         "data_wait_s_total": waits.total,
         "data_wait_fraction": waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan,
         "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
@@ -186,7 +204,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     })
     row.update(roof_columns(row, ceilings, device.type))
     samples = {"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
-               "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,
+               "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s, "loss": trained.loss_per_step,
                "latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
     return row, samples
 
@@ -222,16 +240,23 @@ def _print_progress(msg: str) -> None:
     print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
 
 
-def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _print_progress) -> dict[str, Any]:
-    """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead."""
+def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _print_progress) -> dict[str, Any] | None:
+    """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead.
+
+    Under torchrun only rank 0 records the manifest, measures the ceilings and writes the row.
+    """
+    main_rank = os.environ.get("RANK", "0") == "0"
     manifest = collect_manifest()
     mid = manifest_id(manifest)
-    write_manifest(results_dir, manifest, mid)
+    if main_rank:
+        write_manifest(results_dir, manifest, mid)
     if cfg.settings.threads:
         torch.set_num_threads(cfg.settings.threads)
     try:
-        ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware))
+        ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware)) if main_rank else None
         row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings)
+        if row is None:  # a data-parallel rank other than 0: rank 0 writes the row
+            return None
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
         row, samples = failure_row(cfg, exc, manifest["machine"]), {}
         if progress:
@@ -241,6 +266,8 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    if not main_rank:
+        return None
     row["manifest_id"] = mid
     write_row(results_dir, row, samples)
     return row

@@ -18,13 +18,18 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def default_threads() -> int:
+    """Threads per process: the usable CPUs shared among the data-parallel processes of this node."""
+    return max(1, usable_cpus() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
 def apply_threads(intra_op: int | None = None, inter_op: int | None = None) -> tuple[int, int]:
     """Set torch's intra- and inter-op thread counts and the OpenMP/MKL environment for children.
 
     Call first thing in a process or kernel: inter-op threads cannot change once parallel work ran;
     then the value in force is kept and a warning says so. Returns (intra_op, inter_op) in force.
     """
-    intra = intra_op or usable_cpus()
+    intra = intra_op or default_threads()
     os.environ["OMP_NUM_THREADS"] = str(intra)
     os.environ["MKL_NUM_THREADS"] = str(intra)
     torch.set_num_threads(intra)

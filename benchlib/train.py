@@ -29,6 +29,17 @@ class MemoryCeilingError(MemoryError):
     """The process RSS passed the configured CPU memory ceiling (status ``oom``)."""
 
 
+def _global_losses(losses: list[torch.Tensor]) -> list[float]:
+    """Per-step losses of the whole (global) batch: averaged over data-parallel ranks, once per epoch."""
+    if not losses:
+        return []
+    stacked = torch.stack(losses).float()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(stacked)
+        stacked /= torch.distributed.get_world_size()
+    return [float(v) for v in stacked.cpu()]
+
+
 def _check_step(loss: torch.Tensor, step: int, memory_limit_bytes: int | None) -> None:
     """Per-step guards, run after the step's end was recorded so they never count in its time."""
     if not bool(torch.isfinite(loss.detach())):
@@ -56,6 +67,7 @@ class TrainResult:
     timed_samples: int = 0
     train_accuracy: float = math.nan
     final_loss: float = math.nan
+    loss_per_step: list[float] = field(default_factory=list)
     sync_per_step: bool = False
 
 
@@ -93,6 +105,10 @@ def train(
         loss_sum = torch.zeros((), device=device)
         steps_this_epoch = min(batches_per_epoch, total - step)
         batch_sizes: list[int] = []
+        losses: list[torch.Tensor] = []
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch, the same on every rank
+            sampler.set_epoch(epoch)
         with RegionClock(device) as clock:
             batches = iter(loader)
             for _ in range(steps_this_epoch):
@@ -110,6 +126,7 @@ def train(
                 _check_step(loss, step, s.memory_limit_bytes)
                 correct += (out.detach().argmax(1) == y).sum()
                 loss_sum += loss.detach()
+                losses.append(loss.detach())
                 seen += int(y.shape[0])
                 batch_sizes.append(int(y.shape[0]))
                 if step >= s.warmup_steps:
@@ -131,6 +148,7 @@ def train(
             result.epoch_s.append(clock.seconds)
         result.train_accuracy = float(correct.item()) / max(1, seen)
         result.final_loss = float(loss_sum.item()) / max(1, steps_this_epoch)
+        result.loss_per_step += _global_losses(losses)
         if progress:
             progress(f"epoch {epoch + 1}/{epochs} done in {clock.seconds:.2f} s, loss {result.final_loss:.4f}, "
                      f"running accuracy {result.train_accuracy:.3f}")

@@ -125,6 +125,12 @@ def test_debug_shows_traceback(tmp_path):
         main(["--debug", "study", str(path)])
 
 
+def test_yaml_exponent_without_dot_is_a_number(tmp_path):
+    path = _write(tmp_path, "study: t\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\nlr: 1e-3\nweight_decay: 5E-4\n")
+    cfg = load_study(path)
+    assert cfg.settings.lr == 0.001 and cfg.settings.weight_decay == 0.0005
+
+
 def test_settings_types_are_coerced():
     s = settings_from_mapping({"lr": 1, "weight_decay": 0}, "x")
     assert isinstance(s.lr, float) and s.lr == 1.0
