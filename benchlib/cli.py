@@ -115,6 +115,16 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
     return subprocess.run(cmd).returncode
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .config import load_study
+    from .study import run_tuning
+
+    cfg = load_study(args.params)
+    failed = run_tuning(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
+                        cell_timeout_s=args.cell_timeout)
+    return EXIT_FAILURES if failed else 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .distributed import launched_by_torchrun
     from .runner import measure, record
@@ -296,6 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout", type=int, default=3600)
     p.add_argument("--fresh", action="store_true", help="move the study's old results and reports aside first")
     p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("tune", help="one Optuna study per hardware/model pair (the params file's tune: section)")
+    p.add_argument("params")
+    p.add_argument("--results-root", default="results")
+    p.add_argument("--reports-root", default="reports")
+    p.add_argument("--cell-timeout", type=int, default=3600)
+    p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("run", help="measure one configuration")
     _add_config_args(p)

@@ -118,6 +118,7 @@ class StudyConfig:
     sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     repeats: int = 1
     profile: bool = False
+    tune: Any = None  # benchlib.tuning.TuneSpec when the file has a tune: section
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
@@ -138,7 +139,8 @@ _GRID_KEYS = {"study": "name of the study (results/<study>/)", "description": "f
               "batch_sizes": "list of integers >= 1, or {from: A, to: B} for the doubling range A, 2A, ... <= B",
               "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
               "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
-              "profile": "true or false: also profile each pair (torch.profiler) at its first batch size"}
+              "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
+              "tune": "mapping for benchlib tune: n_trials, objective, pruning, epochs_per_trial, seed, search_space"}
 ALLOWED_KEYS: tuple[str, ...] = tuple(_GRID_KEYS) + tuple(_SETTING_FIELDS)
 
 
@@ -304,8 +306,13 @@ def parse_study(raw: Any, where: str, *, check_devices: bool = True) -> StudyCon
     profile = raw.get("profile", False)
     if not isinstance(profile, bool):
         raise ConfigError(f"{where}: key 'profile' is {profile!r}; allowed: true or false")
+    tune = None
+    if "tune" in raw:
+        from .tuning import parse_tune  # optuna is imported only by files that tune
+
+        tune = parse_tune(raw["tune"], where)
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
-                       tuple((k, tuple(v)) for k, v in sweep.items()), repeats, profile)
+                       tuple((k, tuple(v)) for k, v in sweep.items()), repeats, profile, tune)
 
 
 def doubling_range(start: int, stop: int) -> list[int]:

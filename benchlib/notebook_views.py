@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import Image, Markdown, display
 
 from . import plots, report, roofline
 from .results import read_samples
@@ -187,6 +187,22 @@ def device_scaling(df: pd.DataFrame, figures_dir: str) -> Any:
         display(fig)
         plots.plt.close(fig)
     return _show(table, "")
+
+
+def tuning(outcome: Any, results_dir: str, figures_dir: str) -> None:
+    """A pair's tuning study: every trial, the best against the default trial, and Optuna's figures."""
+    from pathlib import Path as _Path
+
+    from . import tuning as tune
+
+    frame = tune.study_frame(_Path(results_dir), outcome.study_name)
+    display(Markdown(f"Study `{outcome.study_name}` in `{outcome.storage_path}`: {outcome.n_trials_total} trials "
+                     f"({outcome.n_complete} complete, {outcome.n_pruned} pruned, {outcome.n_failed} failed). "
+                     f"Best exported to `{outcome.exported_path}`."))
+    display(_show(report.best_against_default(frame), "no completed default or best trial to compare"))
+    display(_show(frame.drop(columns=["params"], errors="ignore"), "no trials"))
+    for path in tune.tuning_figures(_Path(results_dir), outcome.study_name, _Path(figures_dir)):
+        display(Image(filename=str(path)))
 
 
 def manifests(results_dirs: Iterable[str]) -> Any:

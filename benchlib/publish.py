@@ -59,9 +59,9 @@ def write_index(reports_root: Path) -> Path:
     for study_dir in sorted(p for p in reports_root.iterdir() if p.is_dir()):
         summary = study_dir / "summary.html"
         runs = sorted((study_dir / "runs").glob("*.html"))
-        profiles = sorted((study_dir / "profile").glob("*.html"))
+        profiles = sorted((study_dir / "profile").glob("*.html")) + sorted((study_dir / "tune").glob("*.html"))
         extras = [p for p in (study_dir / "sweep.html", study_dir / "tune.html") if p.exists()]
-        if not summary.exists() and not runs:
+        if not summary.exists() and not runs and not profiles:
             continue
         items = "".join(f'<li><a href="{html.escape(str(r.relative_to(reports_root)))}">{html.escape(r.stem)}</a></li>'
                         for r in runs)
@@ -76,7 +76,7 @@ def write_index(reports_root: Path) -> Path:
         sections.append(
             f"<section><h2>{html.escape(study_dir.name)}</h2><p>{link}</p>"
             f"<h3>Pair notebooks</h3><ul>{items or '<li>none</li>'}</ul>"
-            + (f"<h3>Profiles</h3><ul>{prof_items}</ul>" if profiles else "")
+            + (f"<h3>Profiles and tuning</h3><ul>{prof_items}</ul>" if profiles else "")
             + (f"<details><summary>Figures ({len(figures)})</summary><ul>{fig_items}</ul></details>" if figures else "")
             + "</section>")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -202,3 +202,23 @@ def scaling_table(df: pd.DataFrame, knob: str) -> pd.DataFrame:
                         "train_samples_per_s": v, "speedup": v / base,
                         "parallel_efficiency": (v / base) / ratio if ratio else np.nan})
     return pd.DataFrame(out)
+
+
+def best_against_default(trials: pd.DataFrame) -> pd.DataFrame:
+    """The default trial (the study's first) beside the best completed trial, per objective metric."""
+    if trials.empty or "is_default" not in trials:
+        return pd.DataFrame()
+    done = trials[trials["state"] == "COMPLETE"]
+    metrics = [m for m in ("test_accuracy", "train_samples_per_s") if m in done and done[m].notna().any()]
+    default = done[done["is_default"]]
+    if done.empty or default.empty or not metrics:
+        return pd.DataFrame()
+    best = done.loc[pd.to_numeric(done[metrics[0]]).idxmax()]
+    rows = []
+    for label, trial in (("default", default.iloc[0]), ("best", best)):
+        rows.append({"trial": label, "number": int(trial["number"]), **{m: trial[m] for m in metrics},
+                     **{k: v for k, v in trial.items() if str(k).startswith("params_")}})
+    out = pd.DataFrame(rows)
+    for m in metrics:
+        out[f"{m}_vs_default"] = out[m] / out.loc[0, m] if out.loc[0, m] else np.nan
+    return out

@@ -190,3 +190,33 @@ def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Pa
             publish.render_html(out)
         publish.write_index(report_dir.parent)
     return out.with_suffix(".html")
+
+
+def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
+               cell_timeout_s: int | None = 3600, cwd: Path | None = None) -> int:
+    """One Optuna study per pair through the tune notebook; returns the number of pairs that failed."""
+    from .errors import ConfigError
+
+    if cfg.tune is None:
+        raise ConfigError(f"{cfg.source}: key 'tune' is missing; allowed: a mapping with search_space "
+                          "(and n_trials, objective, pruning, epochs_per_trial, seed)")
+    cwd = (cwd or Path.cwd()).resolve()
+    paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
+    paths.results.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for i, (hardware, model) in enumerate(cfg.pairs(), 1):
+        _log(f"tuning pair {i}/{len(cfg.pairs())}: {hardware} / {model} ({cfg.tune.n_trials} trial(s), {cfg.tune.objective})")
+        params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
+                  if k not in ("sweep", "repeats", "resume")}
+        params.update(cfg.tune.as_params())
+        out = paths.reports / "tune" / pair_notebook_name(hardware, model)
+        try:
+            publish.execute(publish.notebooks_dir() / "tune.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
+        except (PapermillExecutionError, RuntimeError, TimeoutError) as exc:
+            failed += 1
+            _log(f"tuning {hardware} / {model} failed: {error_text(exc)}")
+        finally:
+            if out.exists():
+                publish.render_html(out)
+    publish.write_index(paths.reports.parent)
+    return failed

@@ -16,7 +16,7 @@ from benchlib.results import read_results
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
-@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb"])
+@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb"])
 def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -35,7 +35,7 @@ def test_benchmark_parameters_match_run_settings():
 
 def test_notebook_cells_stay_thin():
     """Every code cell is a few lines that call benchlib: no logic lives only in a notebook."""
-    for name in ("benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb"):
+    for name in ("benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb"):
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         for cell in nb.cells:
             if cell.cell_type == "code" and "parameters" not in cell.metadata.get("tags", []):
