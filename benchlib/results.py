@@ -69,6 +69,22 @@ def atomic_write_text(path: Path, text: str) -> None:
         pass
 
 
+def remove_stale_temp_files(results_dir: Path, older_than_s: float = 600.0) -> int:
+    """Delete temporary files a killed writer left behind (old enough that no live writer owns them)."""
+    import time
+
+    cutoff = time.time() - older_than_s
+    removed = 0
+    for tmp in Path(results_dir).rglob(".*.tmp"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def _json_value(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None

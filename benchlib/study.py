@@ -20,7 +20,7 @@ from . import publish
 from .config import RunConfig, StudyConfig, settings_as_params
 from .devices import resolve_hardware
 from .manifest import machine_name
-from .results import read_results, safe_name, write_row, write_table
+from .results import read_results, remove_stale_temp_files, safe_name, write_row, write_table
 from .roofline import ensure_ceilings
 from .profiling import profile_dir
 from .runner import completed_row, error_text, failure_row
@@ -102,6 +102,8 @@ def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports
             _log(f"--fresh: moved old output to {old}")
     paths.results.mkdir(parents=True, exist_ok=True)
     paths.runs.mkdir(parents=True, exist_ok=True)
+    if removed := remove_stale_temp_files(paths.results):
+        _log(f"removed {removed} temporary file(s) an interrupted run left behind")
     bench = publish.notebooks_dir() / "benchmark.ipynb"
     pairs = cfg.pairs() if only_pair is None else [cfg.pairs()[only_pair]]
     machine = machine_name()

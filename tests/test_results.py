@@ -96,3 +96,19 @@ def test_killed_writer_leaves_old_file_intact(tmp_path, stage):
     assert json.loads(target.read_text()) == {"old": True}
     leftovers = [p for p in target.parent.iterdir() if p.name != "row.json"]
     assert all(p.name.endswith(".tmp") for p in leftovers)
+
+
+def test_stale_temp_files_are_removed_fresh_ones_kept(tmp_path):
+    import os
+    import time
+
+    from benchlib.results import remove_stale_temp_files
+
+    (tmp_path / "rows").mkdir()
+    old, fresh = tmp_path / "rows" / ".a.json.x.tmp", tmp_path / "rows" / ".b.json.y.tmp"
+    old.write_text("x")
+    fresh.write_text("y")
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    assert remove_stale_temp_files(tmp_path) == 1
+    assert not old.exists() and fresh.exists()
