@@ -12,7 +12,7 @@ import pandas as pd
 from IPython.display import Image, Markdown, display
 
 from . import plots, report, roofline
-from .results import read_samples
+from .results import read_samples, row_key
 
 _FLOAT_FORMAT = "{:,.4g}".format
 
@@ -203,6 +203,38 @@ def tuning(outcome: Any, results_dir: str, figures_dir: str) -> None:
     display(_show(frame.drop(columns=["params"], errors="ignore"), "no trials"))
     for path in tune.tuning_figures(_Path(results_dir), outcome.study_name, _Path(figures_dir)):
         display(Image(filename=str(path)))
+
+
+UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",
+                       "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_used_bytes_max",
+                       "gpu_power_w_mean", "gpu_temp_c_max", "cpu_temp_c_max", "threads_max", "telemetry_samples",
+                       "telemetry_missing"]
+ENERGY_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "train_samples_per_s",
+                  "train_energy_j_per_sample", "infer_samples_per_s", "infer_energy_j_per_sample", "train_energy_method",
+                  "train_energy_unmeasurable"]
+
+
+def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int = 8) -> None:
+    """Utilization table (training phase), energy per sample beside throughput, and timelines over time."""
+    good = report.ok_rows(df)
+    display(Markdown("### Utilization while training (sampled in the background, not once after the run)"))
+    display(_show(good[[c for c in UTILIZATION_COLUMNS if c in good]], "no successful configuration"))
+    display(Markdown("### Energy per sample beside throughput"))
+    display(_show(good[[c for c in ENERGY_COLUMNS if c in good]], "no successful configuration"))
+    shown = 0
+    for d in results_dirs:
+        for _, row in good[good["results_dir"] == str(d)].iterrows() if "results_dir" in good else []:
+            path = Path(d) / "telemetry" / f"{row_key(row)}.csv"
+            if shown >= max_timelines or not path.exists():
+                continue
+            fig = plots.telemetry_timeline(pd.read_csv(path), f"{row['machine']}:{row['hardware']} {row['run_id']}",
+                                           figures_dir, f"telemetry__{row_key(row)}")
+            if fig is not None:
+                display(fig)
+                plots.plt.close(fig)
+                shown += 1
+    if not shown:
+        display(Markdown("*No telemetry time series in these results.*"))
 
 
 def manifests(results_dirs: Iterable[str]) -> Any:

@@ -269,3 +269,34 @@ def scaling(table: pd.DataFrame, knob: str, figures_dir: str | Path) -> plt.Figu
     fig.tight_layout()
     save(fig, figures_dir, f"scaling_{knob}")
     return fig
+
+
+def telemetry_timeline(frame: pd.DataFrame, title: str, figures_dir: str | Path, name: str) -> plt.Figure | None:
+    """CPU and GPU utilization, memory, power and temperature over time, phases shaded (real samples)."""
+    if frame.empty or "t_s" not in frame:
+        return None
+    gpus = sorted({int(c[3:].split("_")[0]) for c in frame.columns if c.startswith("gpu") and c.endswith("_util_pct")})
+    panels = [("utilization (%)", [("cpu_util_pct", "CPU (system)"), ("proc_cpu_util_pct", "process")]
+               + [(f"gpu{i}_util_pct", f"GPU{i}") for i in gpus] + [(f"gpu{i}_mem_util_pct", f"GPU{i} memory") for i in gpus]),
+              ("memory (GiB)", [("rss_bytes", "process RSS")] + [(f"gpu{i}_mem_used_bytes", f"GPU{i} used") for i in gpus])]
+    if gpus:
+        panels += [("power (W)", [(f"gpu{i}_power_w", f"GPU{i}") for i in gpus]),
+                   ("temperature (°C)", [(f"gpu{i}_temp_c", f"GPU{i}") for i in gpus] + [("cpu_temp_c", "CPU")])]
+    else:
+        panels += [("threads", [("threads", "process threads")])]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.9 * len(panels)), sharex=True)
+    for ax, (label, series) in zip(np.atleast_1d(axes), panels):
+        for col, legend in series:
+            if col in frame and pd.to_numeric(frame[col], errors="coerce").notna().any():
+                values = pd.to_numeric(frame[col], errors="coerce")
+                ax.plot(frame["t_s"], values / 2**30 if col.endswith("_bytes") else values, label=legend, linewidth=1)
+        if "phase" in frame:
+            for i, (phase, grp) in enumerate(frame.groupby((frame["phase"] != frame["phase"].shift()).cumsum())):
+                ax.axvspan(grp["t_s"].iloc[0], grp["t_s"].iloc[-1], alpha=0.06 * (1 + i % 2), color="grey")
+        ax.set_ylabel(label, fontsize=8)
+        ax.legend(fontsize=7, loc="upper right")
+    np.atleast_1d(axes)[-1].set_xlabel("time since the first training step (s); shading: train, eval, latency")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    save(fig, figures_dir, name)
+    return fig

@@ -459,9 +459,37 @@ def ensure_ceilings(results_dir: Path, device: str | torch.device) -> dict[str, 
             return _read_ceilings(path)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             warnings.warn(f"re-measuring ceilings: unreadable file {path}: {exc}", stacklevel=2)
-    ceilings = measure_ceilings(dev)
+    ceilings = measure_ceilings_robust(dev)
     save_ceilings(ceilings, Path(results_dir))
     return {**ceilings, "machine": machine_name()}
+
+
+def best_of(attempts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge ceiling measurements: per figure, the attempt with the highest median wins.
+
+    A ceiling is what the machine can do; a median taken while something else loaded it is lower,
+    never higher, so the highest of a few medians is the better estimate of the roof.
+    """
+    best = dict(attempts[0])
+    best["peak_flops_per_s"] = {}
+    for dtype in {d for a in attempts for d in a["peak_flops_per_s"]}:
+        values = [a["peak_flops_per_s"][dtype] for a in attempts if a["peak_flops_per_s"].get(dtype)]
+        if values:
+            best["peak_flops_per_s"][dtype] = max(values)
+    best["bandwidth_bytes_per_s"] = max(a["bandwidth_bytes_per_s"] for a in attempts)
+    best["ridge_point_flops_per_byte"] = {d: p / best["bandwidth_bytes_per_s"] for d, p in best["peak_flops_per_s"].items()}
+    best["attempts"] = len(attempts)
+    best["attempt_peaks_flops_per_s"] = [a["peak_flops_per_s"] for a in attempts]
+    best["attempt_bandwidths_bytes_per_s"] = [a["bandwidth_bytes_per_s"] for a in attempts]
+    return best
+
+
+def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3, **kwargs: Any) -> dict[str, Any]:
+    """Measure, and re-measure while a figure is noisy (IQR/median > 10%), up to ``max_attempts``; merge with best_of."""
+    attempts = [measure_ceilings(device, **kwargs)]
+    while attempts[-1].get("noisy") and len(attempts) < max_attempts:
+        attempts.append(measure_ceilings(device, **kwargs))
+    return best_of(attempts)
 
 
 def place_on_roof(achieved_flops_per_s: float | None, intensity_flops_per_byte: float | None,

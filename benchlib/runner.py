@@ -31,12 +31,14 @@ from .flops import complexity_for_run
 from .inference import example_batch, measure_latency
 from .loaders import batches_per_epoch, build_loaders
 from .manifest import collect_manifest, machine_name, manifest_id
-from .memory import PeakMemory
+from .energy import EnergyMeter, EnergyResult, per_sample
+from .memory import MemoryReport, PeakMemory
 from .models import build_model, count_parameters
-from .results import safe_name, write_manifest, write_row
+from .results import row_key, safe_name, write_manifest, write_row
 from .roofline import ensure_ceilings, place_on_roof, roof_dtype
 from .timing import Samples
-from .train import MemoryCeilingError, NonFiniteLossError, evaluate, train
+from .telemetry import TelemetrySampler, write_telemetry_csv
+from .train import MemoryCeilingError, NonFiniteLossError, TrainResult, evaluate, train
 
 ProgressFn = Callable[[str], None]
 
@@ -125,12 +127,66 @@ def roof_columns(row: Mapping[str, Any], ceilings: Mapping[str, Any] | None, dev
     return out
 
 
+def _energy_columns(prefix: str, result: EnergyResult, samples: int, device_type: str) -> dict[str, Any]:
+    """Energy of one region: GPU (NVML) and CPU package (RAPL) joules, per sample, and why any is missing.
+
+    ``<prefix>_energy_j`` is the device's own figure: the GPU's on CUDA, the CPU package's on CPU.
+    """
+    main_j = result.gpu_j if device_type == "cuda" else result.cpu_package_j
+    reasons = "; ".join(f"{k}: {v}" for k, v in result.unmeasurable.items()) or None
+    return {
+        f"{prefix}_energy_window_s": result.seconds, f"{prefix}_gpu_energy_j": result.gpu_j,
+        f"{prefix}_cpu_package_energy_j": result.cpu_package_j, f"{prefix}_energy_j": main_j,
+        f"{prefix}_energy_j_per_sample": per_sample(main_j, samples),
+        f"{prefix}_energy_method": result.gpu_method if device_type == "cuda" else result.cpu_method,
+        f"{prefix}_energy_unmeasurable": reasons,
+    }
+
+
+def _training_columns(trained: TrainResult, per_epoch: int, world: int) -> dict[str, Any]:
+    steps, epochs, waits = Samples.of(trained.step_s), Samples.of(trained.epoch_s), Samples.of(trained.data_wait_s)
+    return {
+        "batches_per_epoch": per_epoch, "train_steps": steps.n, "train_steps_total": trained.total_steps,
+        "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
+        "train_samples_per_s": trained.timed_samples * world / steps.total if steps.total > 0 else math.nan,
+        "data_wait_s_total": waits.total,
+        "data_wait_fraction": waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan,
+        "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
+        "final_loss": trained.final_loss,
+        "step_sync": "per-step" if trained.sync_per_step else "region",
+    }
+
+
+def _latency_columns(lat1: Samples, latn: Samples, batch_size: int) -> dict[str, Any]:
+    return {
+        "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
+        "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
+        "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
+        "batch_latency_ms_p99": _ms(latn.percentile(99)), "batch_latency_noisy": latn.noisy,
+        "infer_samples_per_s": batch_size / latn.median if latn.median > 0 else math.nan,
+    }
+
+
+def _memory_columns(mem: MemoryReport) -> dict[str, Any]:
+    return {
+        "rss_baseline_bytes": mem.rss_baseline_bytes, "peak_rss_bytes": mem.peak_rss_bytes,
+        "peak_rss_above_baseline_bytes": mem.peak_rss_above_baseline_bytes, "peak_rss_source": mem.peak_rss_source,
+        "peak_cuda_allocated_bytes": mem.peak_cuda_allocated_bytes,
+        "peak_cuda_reserved_bytes": mem.peak_cuda_reserved_bytes,
+        "mps_allocated_bytes": mem.mps_allocated_bytes, "mps_driver_allocated_bytes": mem.mps_driver_allocated_bytes,
+    }
+
+
 def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
-            ceilings: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
+            ceilings: Mapping[str, Any] | None = None,
+            sampler: TelemetrySampler | None = None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
     """Train, evaluate and time one configuration; return (row, raw samples by series).
 
     With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
-    Under torchrun the model trains data-parallel on every rank and only rank 0 gets a row (others: None).
+    Telemetry is sampled in the background from the first training step to the last latency repeat
+    (``sampler``, or one made here; its ``result`` holds the time series), and energy is read around
+    the training loop and around the working-batch latency repeats. Under torchrun the model trains
+    data-parallel on every rank and only rank 0 gets a row (others: None).
     """
     s = cfg.settings
     device = torch.device(resolve_hardware(cfg.hardware))
@@ -156,50 +212,54 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
         raise ValueError(f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples")
     if progress:
         progress(f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
-    trained = train(net, loaders.train, device, s, per_epoch, progress=progress)
-    in_sync = distributed.weights_in_sync(model, dist_info)
-    if dist_info is not None and not dist_info.is_main:
-        memory.stop()
-        distributed.barrier(dist_info)  # wait while rank 0 evaluates
-        return None, {}
-    test = evaluate(model, loaders.test, device)
-    batch1 = example_batch(loaders.test, 1, device)
-    batch_n = example_batch(loaders.test, cfg.batch_size, device)
-    lat1 = measure_latency(model, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
-    latn = measure_latency(model, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+    sampler = sampler or TelemetrySampler(s.telemetry_interval_s)
+    meter = EnergyMeter()
+    try:
+        sampler.start()
+        sampler.set_phase("train")
+        e_train0 = meter.read()
+        trained = train(net, loaders.train, device, s, per_epoch, progress=progress)
+        e_train1 = meter.read()
+        in_sync = distributed.weights_in_sync(model, dist_info)
+        if dist_info is not None and not dist_info.is_main:
+            memory.stop()
+            distributed.barrier(dist_info)  # wait while rank 0 evaluates
+            return None, {}
+        sampler.set_phase("eval")
+        test = evaluate(model, loaders.test, device)
+        sampler.set_phase("latency")
+        batch1 = example_batch(loaders.test, 1, device)
+        batch_n = example_batch(loaders.test, cfg.batch_size, device)
+        lat1 = measure_latency(model, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+        e_infer0 = meter.read()
+        latn = measure_latency(model, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+        e_infer1 = meter.read()
+    finally:
+        if sampler.running:
+            sampler.stop()
+        meter.close()
+    telemetry = sampler.result
     mem = memory.stop()
     distributed.barrier(dist_info)
 
-    steps = Samples.of(trained.step_s)
-    epochs = Samples.of(trained.epoch_s)
-    waits = Samples.of(trained.data_wait_s)
     synthetic = loaders.synthetic
+    infer_samples = cfg.batch_size * (s.infer_warmup_batches + s.latency_repeats)
     row.update({
         "synthetic": synthetic, "num_classes": loaders.num_classes, "train_samples": loaders.train_samples,
-        "test_samples": loaders.test_samples, "batches_per_epoch": per_epoch, "warmup_steps": s.warmup_steps,
-        "train_steps": steps.n, "train_steps_total": trained.total_steps,
-        "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
-        "train_samples_per_s": trained.timed_samples * world / steps.total if steps.total > 0 else math.nan,
+        "test_samples": loaders.test_samples, "warmup_steps": s.warmup_steps,
+        **_training_columns(trained, per_epoch, world),
         "world_size": world, "per_rank_batch_size": local_batch,
         "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
-        "data_wait_s_total": waits.total,
-        "data_wait_fraction": waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan,
-        "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
         "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
         "train_accuracy": None if synthetic else trained.train_accuracy,
         "test_accuracy": None if synthetic else test.accuracy,
-        "final_loss": trained.final_loss,
-        "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
-        "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
-        "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
-        "batch_latency_ms_p99": _ms(latn.percentile(99)), "batch_latency_noisy": latn.noisy,
-        "infer_samples_per_s": cfg.batch_size / latn.median if latn.median > 0 else math.nan,
-        "rss_baseline_bytes": mem.rss_baseline_bytes, "peak_rss_bytes": mem.peak_rss_bytes,
-        "peak_rss_above_baseline_bytes": mem.peak_rss_above_baseline_bytes, "peak_rss_source": mem.peak_rss_source,
-        "peak_cuda_allocated_bytes": mem.peak_cuda_allocated_bytes,
-        "peak_cuda_reserved_bytes": mem.peak_cuda_reserved_bytes,
-        "mps_allocated_bytes": mem.mps_allocated_bytes, "mps_driver_allocated_bytes": mem.mps_driver_allocated_bytes,
-        "params": params, "params_trainable": trainable, "step_sync": "per-step" if trained.sync_per_step else "region",
+        **_latency_columns(lat1, latn, cfg.batch_size),
+        **_memory_columns(mem),
+        "params": params, "params_trainable": trainable,
+        **telemetry.summary("train"),
+        **_energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
+                          trained.total_samples * world, device.type),
+        **_energy_columns("infer", meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples, device.type),
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": _now(),
     })
     row.update(roof_columns(row, ceilings, device.type))
@@ -254,7 +314,8 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
         torch.set_num_threads(cfg.settings.threads)
     try:
         ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware)) if main_rank else None
-        row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings)
+        sampler = TelemetrySampler(cfg.settings.telemetry_interval_s)
+        row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, sampler=sampler)
         if row is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
@@ -269,6 +330,8 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
     if not main_rank:
         return None
     row["manifest_id"] = mid
+    if samples and sampler.result is not None:
+        write_telemetry_csv(sampler.result, results_dir / "telemetry" / f"{row_key(row)}.csv")
     write_row(results_dir, row, samples)
     return row
 

@@ -65,6 +65,7 @@ class TrainResult:
     epoch_s: list[float] = field(default_factory=list)
     total_steps: int = 0
     timed_samples: int = 0
+    total_samples: int = 0
     train_accuracy: float = math.nan
     final_loss: float = math.nan
     loss_per_step: list[float] = field(default_factory=list)
@@ -128,6 +129,7 @@ def train(
                 loss_sum += loss.detach()
                 losses.append(loss.detach())
                 seen += int(y.shape[0])
+                result.total_samples += int(y.shape[0])
                 batch_sizes.append(int(y.shape[0]))
                 if step >= s.warmup_steps:
                     result.data_wait_s.append(wait)

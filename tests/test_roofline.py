@@ -242,3 +242,15 @@ def test_cuda_ceilings_all_four_dtypes_and_tf32_flag_restored() -> None:
     # tensor-core half precision outruns plain fp32 on every GPU that has tensor cores
     if torch.cuda.get_device_capability() >= (8, 0):
         assert c["peak_flops_per_s"]["fp16"] > c["peak_flops_per_s"]["fp32"]
+
+
+def test_best_of_keeps_the_highest_median_per_figure():
+    from benchlib.roofline import best_of
+
+    a = {"device": "cpu", "peak_flops_per_s": {"fp32": 100.0, "bf16": 300.0}, "bandwidth_bytes_per_s": 20.0}
+    b = {"device": "cpu", "peak_flops_per_s": {"fp32": 150.0, "bf16": 250.0}, "bandwidth_bytes_per_s": 10.0}
+    best = best_of([a, b])
+    assert best["peak_flops_per_s"] == {"fp32": 150.0, "bf16": 300.0}
+    assert best["bandwidth_bytes_per_s"] == 20.0
+    assert best["ridge_point_flops_per_byte"]["fp32"] == 7.5
+    assert best["attempts"] == 2

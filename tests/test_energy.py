@@ -1,0 +1,258 @@
+"""Energy from counter differences: RAPL (fake powercap tree), NVML (fake library), power x time."""
+from __future__ import annotations
+
+import pathlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pynvml
+import pytest
+
+from benchlib import energy as en
+from benchlib.energy import EnergyMeter, EnergyReading, EnergyResult, energy_between, per_sample
+from benchlib.telemetry import Telemetry
+
+MAX_RANGE_UJ = 262_143_328_850
+
+
+def make_zone(root: Path, zone: str, name: str, energy_uj: int, max_range_uj: int = MAX_RANGE_UJ) -> Path:
+    d = root / zone
+    d.mkdir(parents=True)
+    (d / "name").write_text(name + "\n")
+    (d / "energy_uj").write_text(f"{energy_uj}\n")
+    (d / "max_energy_range_uj").write_text(f"{max_range_uj}\n")
+    return d
+
+
+def set_energy(zone: Path, energy_uj: int) -> None:
+    (zone / "energy_uj").write_text(f"{energy_uj}\n")
+
+
+@pytest.fixture
+def powercap(tmp_path, monkeypatch):
+    """A fake /sys/class/powercap: one package plus zones that must not be counted."""
+    root = tmp_path / "powercap"
+    pkg = make_zone(root, "intel-rapl:0", "package-0", 5_000_000)
+    make_zone(root / "intel-rapl:0", "intel-rapl:0:0", "core", 1_000)  # subzone: inside the package
+    make_zone(root, "intel-rapl:1", "psys", 9_000_000)  # platform: not a package
+    make_zone(root, "intel-rapl-mmio:0", "package-0", 7_000_000)  # MMIO mirror of the package
+    monkeypatch.setattr(en, "POWERCAP_ROOT", root)
+    return SimpleNamespace(root=root, pkg=pkg)
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    def fail():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", fail)
+
+
+class FakeEnergyNvml:
+    """GPUs with a total-energy counter (mJ); ``unsupported`` GPUs raise NotSupported like pre-Volta boards."""
+
+    def __init__(self, count: int = 2, unsupported: tuple[int, ...] = ()):
+        self.count, self.unsupported = count, unsupported
+        self.mj = {i: 10_000_000 * (i + 1) for i in range(count)}
+        self.shutdowns = 0
+
+    def install(self, monkeypatch) -> "FakeEnergyNvml":
+        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlShutdown", self.shutdown)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: self.count)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: SimpleNamespace(index=i))
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", self.energy)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        return self
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+    def energy(self, h):
+        if h.index in self.unsupported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.mj[h.index]
+
+
+def reading(t_s: float, gpu=None, rapl=None, reasons=None) -> EnergyReading:
+    return EnergyReading(t_s=t_s, gpu_energy_mj=gpu or {}, rapl_energy_uj=rapl, reasons=reasons or {})
+
+
+def power_telemetry(t_s, power_w: dict[int, list[float | None]], interval_s: float = 0.1, t0: float = 0.0) -> Telemetry:
+    frame = pd.DataFrame({"t_s": t_s, "phase": "train", **{f"gpu{i}_power_w": p for i, p in power_w.items()},
+                          **{f"gpu{i}_util_pct": 50 for i in power_w}})
+    return Telemetry(frame=frame, missing={}, interval_s=interval_s, start_monotonic_s=t0)
+
+
+# ---------------------------------------------------------------- RAPL
+
+def test_rapl_counts_package_zones_only(powercap, no_nvml):
+    meter = EnergyMeter()
+    start = meter.read()
+    assert start.rapl_energy_uj == {"package-0": 5_000_000}
+    set_energy(powercap.pkg, 17_500_000)
+    end = meter.read()
+    result = meter.between(start, end)
+    assert result.cpu_package_j == pytest.approx(12.5)
+    assert result.cpu_method == "rapl" and "cpu" not in result.unmeasurable
+
+
+def test_rapl_wraparound_uses_max_energy_range(powercap, no_nvml):
+    set_energy(powercap.pkg, MAX_RANGE_UJ - 2_000_000)
+    meter = EnergyMeter()
+    start = meter.read()
+    set_energy(powercap.pkg, 3_000_000)
+    result = meter.between(start, meter.read())
+    assert result.cpu_package_j == pytest.approx(5.0)
+
+
+def test_rapl_two_packages_are_summed(powercap, no_nvml):
+    pkg1 = make_zone(powercap.root, "intel-rapl:2", "package-1", 100)
+    meter = EnergyMeter()
+    start = meter.read()
+    assert set(start.rapl_energy_uj) == {"package-0", "package-1"}
+    set_energy(powercap.pkg, 6_000_000)
+    set_energy(pkg1, 2_000_100)
+    assert meter.between(start, meter.read()).cpu_package_j == pytest.approx(3.0)
+
+
+def test_rapl_permission_denied_is_none_with_reason(powercap, no_nvml, monkeypatch):
+    real = pathlib.Path.read_text
+
+    def deny(self, *a, **k):
+        if self.name == "energy_uj":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", deny)
+    meter = EnergyMeter()
+    start = meter.read()
+    assert start.rapl_energy_uj is None and "permission denied" in start.reasons["cpu"]
+    result = meter.between(start, meter.read())
+    assert result.cpu_package_j is None and result.cpu_method is None
+    assert "permission denied" in result.unmeasurable["cpu"]
+
+
+def test_rapl_absent_is_none_with_reason(tmp_path, monkeypatch, no_nvml):
+    monkeypatch.setattr(en, "POWERCAP_ROOT", tmp_path / "nothing")
+    meter = EnergyMeter()
+    result = meter.between(meter.read(), meter.read())
+    assert result.cpu_package_j is None and "not exposed" in result.unmeasurable["cpu"]
+    assert result.gpu_j is None and "NVMLError_LibraryNotFound" in result.unmeasurable["gpu"]
+
+
+def test_rapl_counter_that_did_not_move_is_unmeasurable_not_zero():
+    short = energy_between(reading(0.0, rapl={"package-0": 5}), reading(0.0005, rapl={"package-0": 5}))
+    assert short.cpu_package_j is None and "update period" in short.unmeasurable["cpu"]
+    long = energy_between(reading(0.0, rapl={"package-0": 5}), reading(1.0, rapl={"package-0": 5}))
+    assert long.cpu_package_j is None and "did not advance" in long.unmeasurable["cpu"]
+
+
+@pytest.mark.parametrize("start, end, max_range, expected", [
+    (10, 25, 100, 15), (90, 5, 100, 15), (0, 0, 100, 0), (90, 5, None, None),
+])
+def test_counter_delta(start, end, max_range, expected):
+    assert en.counter_delta(start, end, max_range) == expected
+
+
+# ---------------------------------------------------------------- NVML counter
+
+def test_nvml_counter_difference_summed_over_gpus(monkeypatch, powercap):
+    fake = FakeEnergyNvml(count=2).install(monkeypatch)
+    with EnergyMeter() as meter:
+        start = meter.read()
+        assert start.gpu_energy_mj == {0: 10_000_000, 1: 20_000_000}
+        fake.mj[0] += 30_000  # 30 J
+        fake.mj[1] += 45_500  # 45.5 J
+        end = meter.read()
+        result = meter.between(start, EnergyReading(start.t_s + 1.0, end.gpu_energy_mj, end.rapl_energy_uj))
+    assert result.gpu_j == pytest.approx(75.5) and result.gpu_method == "nvml-counter"
+    assert fake.shutdowns == 1
+
+
+def test_meter_respects_gpu_indices(monkeypatch, powercap):
+    FakeEnergyNvml(count=3).install(monkeypatch)
+    with EnergyMeter(gpu_indices=[2]) as meter:
+        assert set(meter.read().gpu_energy_mj) == {2}
+
+
+def test_short_window_without_counter_change_is_unmeasurable_not_zero():
+    result = energy_between(reading(10.0, gpu={0: 5_000}), reading(10.05, gpu={0: 5_000}))
+    assert result.gpu_j is None and result.gpu_method is None
+    assert "shorter than the counter's update period" in result.unmeasurable["gpu0"]
+    assert "not 0 J" in result.unmeasurable["gpu0"]
+
+
+def test_stale_counter_over_a_long_window_is_unmeasurable():
+    result = energy_between(reading(0.0, gpu={0: 5_000}), reading(2.0, gpu={0: 5_000}))
+    assert result.gpu_j is None and "did not advance" in result.unmeasurable["gpu0"]
+
+
+def test_counter_going_backwards_is_unmeasurable():
+    result = energy_between(reading(0.0, gpu={0: 9_000}), reading(2.0, gpu={0: 5_000}))
+    assert result.gpu_j is None and "backwards" in result.unmeasurable["gpu0"]
+
+
+def test_one_unmeasurable_gpu_leaves_the_total_unknown():
+    result = energy_between(reading(0.0, gpu={0: 0, 1: 0}), reading(1.0, gpu={0: 50_000, 1: None},
+                                                                    reasons={"gpu1": "NotSupported"}))
+    assert result.gpu_j is None and "gpu1" in result.unmeasurable and "gpu0" not in result.unmeasurable
+
+
+# ---------------------------------------------------------------- power x time
+
+def test_power_x_time_constant_power():
+    t = np.round(np.arange(0, 2.0001, 0.1), 6)
+    tel = power_telemetry(t, {0: [100.0] * len(t)}, t0=50.0)
+    start = reading(50.0, gpu={0: None}, reasons={"gpu0": "NVML energy counter: NVMLError_NotSupported"})
+    end = reading(52.0, gpu={0: None}, reasons=start.reasons)
+    result = energy_between(start, end, telemetry=tel)
+    assert result.gpu_j == pytest.approx(200.0) and result.gpu_method == "power-x-time"
+    assert result.seconds == pytest.approx(2.0)
+
+
+def test_power_x_time_trapezoid_with_interpolated_edges():
+    t = np.round(np.arange(0, 2.0001, 0.1), 6)
+    tel = power_telemetry(t, {0: list(50.0 * t)})  # P = 50 t W: E(a, b) = 25 (b^2 - a^2)
+    result = energy_between(reading(0.55, gpu={0: None}), reading(1.55, gpu={0: None}), telemetry=tel)
+    assert result.gpu_j == pytest.approx(25 * (1.55**2 - 0.55**2))
+
+
+def test_power_x_time_mixed_with_counter_sums_and_names_both():
+    t = np.round(np.arange(0, 2.0001, 0.1), 6)
+    tel = power_telemetry(t, {1: [100.0] * len(t)})
+    result = energy_between(reading(0.0, gpu={0: 0, 1: None}), reading(2.0, gpu={0: 40_000, 1: None}), telemetry=tel)
+    assert result.gpu_j == pytest.approx(240.0) and result.gpu_method == "nvml-counter+power-x-time"
+
+
+def test_power_x_time_needs_samples_covering_the_window():
+    t = np.round(np.arange(0, 1.0001, 0.1), 6)
+    tel = power_telemetry(t, {0: [100.0] * len(t)})
+    result = energy_between(reading(0.0, gpu={0: None}), reading(3.0, gpu={0: None}), telemetry=tel)
+    assert result.gpu_j is None and "not the window" in result.unmeasurable["gpu0"]
+    short = energy_between(reading(0.0, gpu={0: None}), reading(0.05, gpu={0: None}), telemetry=tel)
+    assert short.gpu_j is None and "sampling interval" in short.unmeasurable["gpu0"]
+
+
+def test_no_counter_and_no_telemetry_is_unmeasurable():
+    result = energy_between(reading(0.0, gpu={0: None}, reasons={"gpu0": "NotSupported"}),
+                            reading(2.0, gpu={0: None}))
+    assert result.gpu_j is None and "no telemetry" in result.unmeasurable["gpu0"]
+
+
+def test_power_x_time_unsupported_power_gives_its_reason():
+    t = np.round(np.arange(0, 2.0001, 0.1), 6)
+    tel = power_telemetry(t, {0: [None] * len(t)})
+    result = energy_between(reading(0.0, gpu={0: None}), reading(2.0, gpu={0: None}), telemetry=tel)
+    assert result.gpu_j is None and "power x time" in result.unmeasurable["gpu0"]
+
+
+# ---------------------------------------------------------------- per sample
+
+def test_per_sample():
+    assert per_sample(200.0, 400) == pytest.approx(0.5)
+    assert per_sample(None, 400) is None
+    assert per_sample(10.0, 0) is None
+    assert isinstance(energy_between(reading(0.0), reading(1.0)), EnergyResult)
