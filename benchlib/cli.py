@@ -65,6 +65,10 @@ def _config_from_args(args: argparse.Namespace) -> "RunConfig":
         values["train_steps"] = args.steps
     values.update(_parse_set(args.set))
     settings = settings_from_mapping(values, "command line")
+    if getattr(args, "variant", None):
+        from .variants import apply_variant, parse_variant
+
+        settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))
     if args.model not in MODELS:
         raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
     if args.batch_size < 1:
@@ -113,6 +117,17 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
            "-m", "benchlib", *rest]
     print(f"[benchlib] launching {nproc} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     return subprocess.run(cmd).returncode
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
+    from .config import load_study
+
+    cfg = load_study(args.params)
+    if len(cfg.variants) < 2:
+        raise ConfigError(f"{args.params}: key 'variants' lists {len(cfg.variants)} variant(s); allowed: two or more, "
+                          "e.g. [cpu-default, cpu-quantized, cpu-compiled]")
+    return _cmd_study(args)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -269,6 +284,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-workers", dest="num_workers", type=int)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any run setting, e.g. --set pretrained=true")
     p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
+    p.add_argument("--variant", help="a variant preset: cpu-default, cpu-quantized, cpu-compiled, cpu-tuned, gpu-default, "
+                                     "gpu-amp, gpu-bf16, gpu-channels-last, gpu-compiled, gpu-tuned")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -306,6 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout", type=int, default=3600)
     p.add_argument("--fresh", action="store_true", help="move the study's old results and reports aside first")
     p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("compare", help="compare optimization variants (the params file's variants:) per pair")
+    p.add_argument("params")
+    p.add_argument("--results-root", default="results")
+    p.add_argument("--reports-root", default="reports")
+    p.add_argument("--cell-timeout", type=int, default=3600)
+    p.add_argument("--fresh", action="store_true")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("tune", help="one Optuna study per hardware/model pair (the params file's tune: section)")
     p.add_argument("params")

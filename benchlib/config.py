@@ -24,7 +24,10 @@ from .errors import BenchlibError, ConfigError
 from .models import MODELS
 
 OPTIMIZERS = ("sgd", "adam")
-PRECISIONS = ("fp32",)
+PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
+MEMORY_FORMATS = ("nchw", "channels_last")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+QUANTIZATIONS = ("none", "dynamic", "static_int8")
 DIGITS_TRAIN_SAMPLES = 1437
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -68,7 +71,14 @@ class RunSettings:
     telemetry_interval_s: float = _f(0.1, "seconds between telemetry samples (CPU, memory, GPU via NVML)",
                                      min=0.01, max=60.0)
     memory_limit_bytes: int | None = _f(None, "CPU memory ceiling: a configuration whose RSS passes it is recorded as oom", min=1)
-    precision: str = _f("fp32", "numeric precision", choices=PRECISIONS)
+    precision: str = _f("fp32", "numeric precision (amp_*: autocast; fp16 training with a gradient scaler)",
+                        choices=PRECISIONS)
+    tf32: bool = _f(False, "TF32 matmuls and convolutions on CUDA")
+    memory_format: str = _f("nchw", "memory format of weights and inputs", choices=MEMORY_FORMATS)
+    compile: str = _f("off", "torch.compile mode (compile time is its own column, compile_s)", choices=COMPILE_MODES)
+    quantization: str = _f("none", "post-training quantization for CPU inference, on the trained fp32 weights",
+                           choices=QUANTIZATIONS)
+    cudnn_benchmark: bool = _f(False, "cuDNN autotuning of convolution algorithms")
     variant: str = _f("default", "name of the variant this configuration measures", pattern=_NAME_RE)
 
 
@@ -126,8 +136,19 @@ class StudyConfig:
         """(hardware, model) pairs in the order they run: one notebook each."""
         return [(h, m) for h in self.hardware for m in self.models]
 
+    variants: tuple[Any, ...] = ()  # benchlib.variants.Variant, one set of configurations each
+
     def configs(self, hardware: str, model: str) -> list[RunConfig]:
-        return expand_configs(self.study, hardware, model, self.batch_sizes, self.settings, dict(self.sweep), self.repeats)
+        """Every configuration of the pair: per variant (a tuned one brings its own batch size), the grid."""
+        from .variants import apply_variant
+
+        out = []
+        for v in self.variants or (None,):
+            settings = apply_variant(self.settings, v) if v is not None else self.settings
+            tuned_batch = v.settings_overrides.get("batch_size") if v is not None else None
+            batches = (tuned_batch,) if tuned_batch else self.batch_sizes
+            out += expand_configs(self.study, hardware, model, batches, settings, dict(self.sweep), self.repeats)
+        return out
 
     def all_configs(self) -> list[RunConfig]:
         return [c for h, m in self.pairs() for c in self.configs(h, m)]
@@ -142,6 +163,8 @@ _GRID_KEYS = {"study": "name of the study (results/<study>/)", "description": "f
               "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
               "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
               "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
+              "variants": "list of variant presets (cpu-default, cpu-quantized, gpu-amp, ...) or mappings of knobs",
+              "tuned_params_dir": "folder with the <cpu|gpu>-tuned.yaml files benchlib tune exported (default results/tuned)",
               "tune": "mapping for benchlib tune: n_trials, objective, pruning, epochs_per_trial, seed, search_space"}
 ALLOWED_KEYS: tuple[str, ...] = tuple(_GRID_KEYS) + tuple(_SETTING_FIELDS)
 
@@ -313,8 +336,20 @@ def parse_study(raw: Any, where: str, *, check_devices: bool = True) -> StudyCon
         from .tuning import parse_tune  # optuna is imported only by files that tune
 
         tune = parse_tune(raw["tune"], where)
+    variants: tuple[Any, ...] = ()
+    if "variants" in raw:
+        from .variants import parse_variant
+
+        specs = raw["variants"]
+        if not isinstance(specs, list) or not specs:
+            raise ConfigError(f"{where}: key 'variants' is {specs!r}; allowed: {_GRID_KEYS['variants']}")
+        tuned_dir = raw.get("tuned_params_dir")
+        variants = tuple(parse_variant(v, where, tuned_params_dir=Path(tuned_dir) if tuned_dir else None) for v in specs)
+        names = [v.name for v in variants]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: key 'variants' names a variant twice: {names}")
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
-                       tuple((k, tuple(v)) for k, v in sweep.items()), repeats, profile, tune)
+                       tuple((k, tuple(v)) for k, v in sweep.items()), repeats, profile, tune, variants)
 
 
 def doubling_range(start: int, stop: int) -> list[int]:

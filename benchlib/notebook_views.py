@@ -237,6 +237,21 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
         display(Markdown("*No telemetry time series in these results.*"))
 
 
+def variants(df: pd.DataFrame) -> Any:
+    """Each optimization variant against its hardware's default: speedups, accuracy and memory."""
+    table = report.variant_speedups(df)
+    if table.empty:
+        return Markdown("*One variant only: list several under `variants:` (or run `benchlib compare`).*")
+    quant = report.ok_rows(df)
+    cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
+                        "accuracy_drop_pts", "model_size_bytes", "fp32_model_size_bytes", "quantized_modules",
+                        "compile_s") if c in quant]
+    if "quantization" in quant and (quant["quantization"] != "none").any():
+        display(Markdown("Quantized variants: accuracy on the same trained weights as their fp32 baseline."))
+        display(_show(quant[quant["quantization"] != "none"][cols], ""))
+    return _show(table, "")
+
+
 def manifests(results_dirs: Iterable[str]) -> Any:
     records = []
     for d in results_dirs:

@@ -39,6 +39,8 @@ def metric_bars(df: pd.DataFrame, metric: str, figures_dir: str | Path) -> plt.F
     if good.empty:
         return None
     good["device"] = device_label(good)
+    if good["variant"].nunique() > 1:
+        good["device"] = good["device"] + " " + good["variant"].astype(str)
     if good["batch_size"].nunique() > 1:
         good["device"] = good["device"] + " bs" + good["batch_size"].astype(str)
     values = good[metric].astype(float)

@@ -222,3 +222,37 @@ def best_against_default(trials: pd.DataFrame) -> pd.DataFrame:
     for m in metrics:
         out[f"{m}_vs_default"] = out[m] / out.loc[0, m] if out.loc[0, m] else np.nan
     return out
+
+
+BASELINE_VARIANTS = ("default", "cpu-default", "gpu-default")
+
+
+def variant_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """Every variant against its hardware's default variant, per model and batch size.
+
+    Speedups > 1 mean faster than the default: epoch time and batch-1 latency as default / variant,
+    throughput as variant / default; accuracy as the difference in points; memory as a ratio.
+    """
+    good = ok_rows(df)
+    if good.empty or good["variant"].nunique() < 2:
+        return pd.DataFrame()
+    out = []
+    for keys, grp in good.groupby(["machine", "hardware", "model", "batch_size"]):
+        base = grp[grp["variant"].isin(BASELINE_VARIANTS)]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        for _, r in grp.iterrows():
+            def ratio(num: Any, den: Any) -> float:
+                return float(num) / float(den) if pd.notna(num) and pd.notna(den) and float(den) > 0 else np.nan
+            out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3],
+                        "variant": r["variant"], "baseline": b["variant"],
+                        "epoch_speedup": ratio(b.get("epoch_s"), r.get("epoch_s")),
+                        "train_throughput_ratio": ratio(r.get("train_samples_per_s"), b.get("train_samples_per_s")),
+                        "latency_speedup_bs1": ratio(b.get("latency_ms_p50"), r.get("latency_ms_p50")),
+                        "infer_throughput_ratio": ratio(r.get("infer_samples_per_s"), b.get("infer_samples_per_s")),
+                        "accuracy_delta_pts": (float(r["test_accuracy"]) - float(b["test_accuracy"])) * 100
+                        if pd.notna(r.get("test_accuracy")) and pd.notna(b.get("test_accuracy")) else np.nan,
+                        "peak_memory_ratio": ratio(r.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
+                        "model_size_ratio": ratio(r.get("model_size_bytes"), b.get("model_size_bytes"))})
+    return pd.DataFrame(out)

@@ -5,8 +5,10 @@ benchmark notebook and ``benchlib run`` call.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import gc
+import itertools
 import json
 import math
 import os
@@ -36,7 +38,10 @@ from .memory import MemoryReport, PeakMemory
 from .models import build_model, count_parameters
 from .results import row_key, safe_name, write_manifest, write_row
 from .roofline import ensure_ceilings, place_on_roof, roof_dtype
+from .quantize import count_quantized_modules, model_size_on_disk_bytes, quantize_dynamic_linear, quantize_static_int8
 from .timing import Samples
+from .variants import (Variant, apply_memory_format, backend_flags, compile_model, compile_seconds, precision_context,
+                       unsupported_reason, variant_of)
 from .telemetry import TelemetrySampler, write_telemetry_csv
 from .train import MemoryCeilingError, NonFiniteLossError, TrainResult, evaluate, train
 
@@ -67,9 +72,9 @@ def base_row(cfg: RunConfig, machine: str) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
         "seed": s.seed, "status": "ok", "error": None, "optimizer": s.optimizer, "lr": s.lr,
         "epochs": s.epochs, "pretrained": s.pretrained, "freeze_backbone": s.freeze_backbone,
-        "num_workers": s.num_workers, "memory_format": "nchw", "compile": "off",
-        "tf32": bool(torch.backends.cuda.matmul.allow_tf32), "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "num_workers": s.num_workers, "tf32": s.tf32, "cudnn_benchmark": s.cudnn_benchmark,
         "benchlib_version": __version__, "started_utc": _now(),
+        "memory_format": s.memory_format, "compile": s.compile, "quantization": s.quantization,
         **{c: None for c in ("train_steps", "train_step_s_median", "train_step_s_iqr", "train_samples_per_s",
                              "epoch_s", "val_samples_per_s", "train_accuracy", "test_accuracy", "latency_ms_p50",
                              "latency_ms_p90", "latency_ms_p99", "batch_latency_ms_p50", "infer_samples_per_s",
@@ -78,7 +83,7 @@ def base_row(cfg: RunConfig, machine: str) -> dict[str, Any]:
 
 
 WORK_COLUMNS = (
-    "macs_per_sample", "flops_per_sample", "train_flops_per_sample", "model_size_bytes",
+    "macs_per_sample", "flops_per_sample", "train_flops_per_sample", "weight_bytes", "model_size_bytes",
     "activation_bytes_per_sample", "bytes_per_sample", "train_bytes_per_sample", "arithmetic_intensity",
     "train_arithmetic_intensity", "uncounted_ops", "achieved_train_flops_per_s", "achieved_infer_flops_per_s",
     "roof_dtype", "roof_peak_flops_per_s", "roof_bandwidth_bytes_per_s", "train_roof_flops_per_s", "roof_fraction",
@@ -95,7 +100,7 @@ def work_columns(cfg: RunConfig, num_classes: int) -> dict[str, Any]:
     c = complexity_for_run(cfg.model, cfg.settings.image_size, cfg.batch_size, num_classes)
     return {
         "macs_per_sample": c.macs_per_sample, "flops_per_sample": c.flops_per_sample,
-        "train_flops_per_sample": c.train_flops_per_sample, "model_size_bytes": c.model_size_bytes,
+        "train_flops_per_sample": c.train_flops_per_sample, "weight_bytes": c.model_size_bytes,
         "activation_bytes_per_sample": c.activation_bytes_per_sample, "bytes_per_sample": c.bytes_per_sample,
         "train_bytes_per_sample": c.train_bytes_per_sample, "arithmetic_intensity": c.arithmetic_intensity,
         "train_arithmetic_intensity": c.train_arithmetic_intensity,
@@ -113,7 +118,8 @@ def roof_columns(row: Mapping[str, Any], ceilings: Mapping[str, Any] | None, dev
     out: dict[str, Any] = {"achieved_train_flops_per_s": train_fps, "achieved_infer_flops_per_s": infer_fps}
     if not ceilings:
         return out
-    dtype = roof_dtype(row["precision"], device_type, bool(row.get("tf32")))
+    quantized = row.get("quantization") not in (None, "none")
+    dtype = "int8" if quantized else roof_dtype(row["precision"], device_type, bool(row.get("tf32")))  # no int8 ceiling
     train = place_on_roof(train_fps, row["train_arithmetic_intensity"], ceilings, dtype)
     infer = place_on_roof(infer_fps, row["arithmetic_intensity"], ceilings, dtype)
     flags = [f for f in (train["above"], infer["above"]) if f is not None]
@@ -125,6 +131,35 @@ def roof_columns(row: Mapping[str, Any], ceilings: Mapping[str, Any] | None, dev
         "above_roof": any(flags) if flags else None,
     })
     return out
+
+
+def _as_format(x: torch.Tensor, variant: Variant) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if variant.memory_format == "channels_last" else x
+
+
+def _quantized(model: torch.nn.Module, loaders: Any, device: torch.device, s: RunSettings,
+               fp32_test: Any) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """Quantize the trained fp32 model itself and evaluate it: accuracy is compared on the same weights.
+
+    Static int8 is calibrated on training batches (real images: the activation ranges must be real).
+    """
+    model = model.eval()
+    if s.quantization == "static_int8":
+        calibration = [x for x, _ in itertools.islice(iter(loaders.train), _CALIBRATION_BATCHES)]
+        qmodel = quantize_static_int8(model, calibration, calibration[0])
+    else:
+        qmodel = quantize_dynamic_linear(model)
+    test = evaluate(qmodel, loaders.test, device)
+    drop = (fp32_test.accuracy - test.accuracy) * 100 if not loaders.synthetic else None
+    return qmodel, test, {
+        "model_size_bytes": model_size_on_disk_bytes(qmodel), "fp32_model_size_bytes": model_size_on_disk_bytes(model),
+        "fp32_test_accuracy": None if loaders.synthetic else fp32_test.accuracy, "accuracy_drop_pts": drop,
+        "quantized_modules": json.dumps(count_quantized_modules(qmodel), sort_keys=True),
+        "weights": "the fp32 weights trained in this configuration, quantized after training",
+    }
+
+
+_CALIBRATION_BATCHES = 8
 
 
 def _energy_columns(prefix: str, result: EnergyResult, samples: int, device_type: str) -> dict[str, Any]:
@@ -190,6 +225,20 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     """
     s = cfg.settings
     device = torch.device(resolve_hardware(cfg.hardware))
+    variant = variant_of(s)
+    reason = unsupported_reason(dataclasses.replace(variant, quantization="none"), device.type, training=True)
+    if reason is None and variant.quantization != "none":
+        reason = unsupported_reason(variant, device.type, training=False)
+    if reason is not None:
+        raise SkippedConfiguration(reason)
+    with backend_flags(variant):
+        return _measure(cfg, device, variant, machine=machine, progress=progress, ceilings=ceilings, sampler=sampler)
+
+
+def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine: str | None, progress: ProgressFn | None,
+             ceilings: Mapping[str, Any] | None,
+             sampler: TelemetrySampler | None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
+    s = cfg.settings
     dist_info = distributed.init(device.type)
     device = distributed.rank_device(device, dist_info)
     local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
@@ -204,8 +253,10 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     loaders = build_loaders(s, local_batch, device, (dist_info.rank, world) if dist_info else (0, 1))
     model = build_model(cfg.model, loaders.num_classes, pretrained=s.pretrained,
                         freeze_backbone=s.freeze_backbone, weights_path=s.weights_path).to(device)
+    model, _ = apply_memory_format(model, None, variant)
     net = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
            if dist_info else model)
+    net, _ = compile_model(net, variant)  # compiles lazily, inside the warmup steps (compile_s)
     params, trainable = count_parameters(model)
     per_epoch = batches_per_epoch(loaders.train, s.max_train_batches)
     if per_epoch < 1:
@@ -226,14 +277,19 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
             distributed.barrier(dist_info)  # wait while rank 0 evaluates
             return None, {}
         sampler.set_phase("eval")
-        test = evaluate(model, loaders.test, device)
+        infer_model = net.module if dist_info else net
+        test = evaluate(infer_model, loaders.test, device, s)
+        quant: dict[str, Any] = {"model_size_bytes": model_size_on_disk_bytes(model)}
+        if variant.quantization != "none":
+            infer_model, test, quant = _quantized(model, loaders, device, s, test)
         sampler.set_phase("latency")
-        batch1 = example_batch(loaders.test, 1, device)
-        batch_n = example_batch(loaders.test, cfg.batch_size, device)
-        lat1 = measure_latency(model, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
-        e_infer0 = meter.read()
-        latn = measure_latency(model, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
-        e_infer1 = meter.read()
+        batch1 = _as_format(example_batch(loaders.test, 1, device), variant)
+        batch_n = _as_format(example_batch(loaders.test, cfg.batch_size, device), variant)
+        with precision_context(variant, device):
+            lat1 = measure_latency(infer_model, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+            e_infer0 = meter.read()
+            latn = measure_latency(infer_model, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+            e_infer1 = meter.read()
     finally:
         if sampler.running:
             sampler.stop()
@@ -255,7 +311,9 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
         "test_accuracy": None if synthetic else test.accuracy,
         **_latency_columns(lat1, latn, cfg.batch_size),
         **_memory_columns(mem),
-        "params": params, "params_trainable": trainable,
+        "params": params, "params_trainable": trainable, **quant,
+        "compile_s": compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median)
+        if variant.compile != "off" else None,
         **telemetry.summary("train"),
         **_energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
                           trained.total_samples * world, device.type),
@@ -271,6 +329,8 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
 
 def error_text(exc: BaseException) -> str:
     """One line naming the error: the notebook's own exception for a failed cell, else the first line."""
+    if isinstance(exc, SkippedConfiguration):
+        return str(exc)
     if hasattr(exc, "ename") and hasattr(exc, "evalue"):  # papermill: the cell's exception
         detail = f"{exc.ename}: {exc.evalue}"
     else:
@@ -278,8 +338,14 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}"[:500]
 
 
+class SkippedConfiguration(RuntimeError):
+    """The variant cannot run on this device (fp16 training on CPU, quantized inference on CUDA, ...)."""
+
+
 def failure_status(exc: BaseException) -> str:
-    """How a configuration ended that produced no measurement: oom, unstable, or failed."""
+    """How a configuration ended that produced no measurement: skipped, oom, unstable, or failed."""
+    if isinstance(exc, SkippedConfiguration):
+        return "skipped"
     if isinstance(exc, (torch.OutOfMemoryError, MemoryCeilingError, MemoryError)):
         return "oom"
     if isinstance(exc, NonFiniteLossError):

@@ -221,4 +221,9 @@ def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), report
             if out.exists():
                 publish.render_html(out)
     publish.write_index(paths.reports.parent)
+    tuned_dir = results_root.resolve() / "tuned"
+    for exported in sorted((paths.results / "tuning").glob("*-tuned.yaml")):
+        tuned_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(exported, tuned_dir / exported.name)
+        _log(f"{exported.name} copied to {tuned_dir}: the *-tuned variants read it from there")
     return failed

@@ -6,6 +6,7 @@ its batch is kept apart; epoch time is a synchronized wall-clock region that inc
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from torch import nn
 
 from .config import RunSettings
 from .timing import RegionClock, StepTimer
+from .variants import make_grad_scaler, precision_context, variant_of
 
 ProgressFn = Callable[[str], None]
 
@@ -92,6 +94,9 @@ def train(
     """
     criterion = nn.CrossEntropyLoss()
     optimizer = make_optimizer(model, s)
+    variant = variant_of(s)
+    scaler = make_grad_scaler(variant, device)
+    channels_last = s.memory_format == "channels_last"
     model.train()
     result = TrainResult()
     total = s.warmup_steps + s.train_steps if s.train_steps else s.epochs * batches_per_epoch
@@ -118,11 +123,19 @@ def train(
                 wait = time.perf_counter() - t_wait
                 timer.start()
                 x, y = _to_device(x, device), _to_device(y, device)
+                if channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
                 optimizer.zero_grad(set_to_none=True)
-                out = model(x)
-                loss = criterion(out, y)
-                loss.backward()
-                optimizer.step()
+                with precision_context(variant, device):
+                    out = model(x)
+                    loss = criterion(out, y)
+                if scaler is not None:  # fp16: scale the loss so small gradients do not underflow
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    optimizer.step()
                 timer.stop()
                 _check_step(loss, step, s.memory_limit_bytes)
                 correct += (out.detach().argmax(1) == y).sum()
@@ -170,14 +183,22 @@ class EvalResult:
 
 
 @torch.inference_mode()
-def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> EvalResult:
-    """Top-1 accuracy over a whole loader; the pass is timed with its data pipeline (val throughput)."""
+def evaluate(model: nn.Module, loader: Iterable, device: torch.device, s: RunSettings | None = None) -> EvalResult:
+    """Top-1 accuracy over a whole loader; the pass is timed with its data pipeline (val throughput).
+
+    With settings, inputs follow the variant's memory format and precision (autocast).
+    """
     model.eval()
+    variant = variant_of(s) if s is not None else None
     correct = torch.zeros((), dtype=torch.long, device=device)
     samples = 0
     with RegionClock(device) as clock:
         for x, y in loader:
             x, y = _to_device(x, device), _to_device(y, device)
-            correct += (model(x).argmax(1) == y).sum()
+            if variant is not None and variant.memory_format == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last)
+            with precision_context(variant, device) if variant is not None else contextlib.nullcontext():
+                logits = model(x)
+            correct += (logits.argmax(1) == y).sum()
             samples += int(y.shape[0])
     return EvalResult(float(correct.item()) / max(1, samples), clock.seconds, samples)

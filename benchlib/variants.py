@@ -193,6 +193,7 @@ def _load_tuned(preset: str, where: str, tuned_params_dir: Path | None) -> Varia
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of variant keys, got {type(raw).__name__}; "
                           f"allowed keys: {', '.join(VARIANT_KEYS)}")
+    raw = {k: v for k, v in raw.items() if k != "source"}  # provenance written by benchlib tune
     return _variant_from_mapping(raw, str(path), name=preset)
 
 
@@ -359,3 +360,24 @@ def compile_model(model: nn.Module, v: Variant) -> tuple[nn.Module, float]:
 def compile_seconds(warmup_step_s: Sequence[float], steady_step_s: float) -> float:
     """Compile time hidden in warmup steps: what each took beyond a steady step (median of timed steps)."""
     return float(sum(max(0.0, t - steady_step_s) for t in warmup_step_s))
+
+
+_KNOBS_IN_SETTINGS = ("precision", "tf32", "memory_format", "compile", "quantization", "cudnn_benchmark")
+
+
+def apply_variant(settings: Any, v: Variant) -> Any:
+    """RunSettings with the variant's knobs, name, threads and tuned overrides (batch_size stays a grid value)."""
+    changes: dict[str, Any] = {k: getattr(v, k) for k in _KNOBS_IN_SETTINGS}
+    changes["variant"] = v.name
+    if v.threads is not None:
+        changes["threads"] = v.threads
+    if v.interop_threads is not None:
+        changes["interop_threads"] = v.interop_threads
+    changes.update({k: val for k, val in v.settings_overrides.items() if k != "batch_size"})
+    return dataclasses.replace(settings, **changes)
+
+
+def variant_of(settings: Any) -> Variant:
+    """The Variant a RunSettings carries (its knobs), to apply them while training and measuring."""
+    return Variant(name=settings.variant, threads=settings.threads, interop_threads=settings.interop_threads,
+                   **{k: getattr(settings, k) for k in _KNOBS_IN_SETTINGS})

@@ -1,0 +1,97 @@
+"""Variants in real configurations: skipped combinations, quantized rows on the same weights, comparisons."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from benchlib.cli import main
+from benchlib.config import RunConfig, RunSettings, load_study
+from benchlib.report import variant_speedups
+from benchlib.results import read_results
+from benchlib.runner import record
+from benchlib.variants import PRESETS, apply_variant
+
+TINY = dict(dataset="digits", image_size=32, train_subset=128, test_subset=64, epochs=1, warmup_steps=1,
+            latency_repeats=3, infer_warmup_batches=1, lr=0.05)
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("variants")
+    base = RunSettings(**TINY)
+    made = {}
+    for name in ("cpu-default", "cpu-quantized", "gpu-amp"):
+        cfg = RunConfig("v", "cpu", "resnet18", 16, apply_variant(base, PRESETS[name]))
+        made[name] = record(cfg, out, progress=None)
+    return made, out
+
+
+def test_unsupported_combination_is_a_skipped_row(rows):
+    made, out = rows
+    row = made["gpu-amp"]
+    assert row["status"] == "skipped"
+    assert "fp16 autocast training is not supported on CPU" in row["error"]
+    assert read_results([out]).set_index("variant").loc["gpu-amp", "status"] == "skipped"
+
+
+def test_static_int8_row_on_the_same_weights(rows):
+    made, _ = rows
+    q, d = made["cpu-quantized"], made["cpu-default"]
+    assert q["status"] == "ok" and q["quantization"] == "static_int8"
+    counts = json.loads(q["quantized_modules"])
+    assert counts["quantized_conv"] == 20 and counts["float_conv"] == 0, "every resnet18 convolution is int8"
+    assert q["accuracy_drop_pts"] == pytest.approx((q["fp32_test_accuracy"] - q["test_accuracy"]) * 100)
+    assert q["model_size_bytes"] < 0.4 * q["fp32_model_size_bytes"]
+    assert q["fp32_model_size_bytes"] == pytest.approx(d["model_size_bytes"], rel=0.01)
+    assert q["infer_roof_fraction"] is None, "no int8 ceiling is measured: no made-up roof"
+
+
+def test_variant_speedups_against_default(rows):
+    _, out = rows
+    table = variant_speedups(read_results([out])).set_index("variant")
+    assert table.loc["cpu-default", "latency_speedup_bs1"] == pytest.approx(1.0)
+    assert table.loc["cpu-quantized", "baseline"] == "cpu-default"
+    assert table.loc["cpu-quantized", "model_size_ratio"] < 0.4
+    assert "gpu-amp" not in table.index, "skipped rows are not compared"
+
+
+def test_compare_params_expand_variants():
+    cfg = load_study("params/compare-cpu.yaml")
+    ids = [c.run_id for c in cfg.configs("cpu", "resnet18")]
+    assert len(ids) == 4 and len(set(ids)) == 4
+    names = {c.settings.variant: c.settings for c in cfg.configs("cpu", "resnet18")}
+    assert names["cpu-quantized"].quantization == "static_int8"
+    assert names["cpu-bf16"].precision == "amp_bf16"
+    assert {s.seed for s in names.values()} == {0}, "same seed for every variant"
+
+
+def test_compare_needs_two_variants(tmp_path, capsys):
+    p = tmp_path / "p.yaml"
+    p.write_text("study: c\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\nvariants: [cpu-default]\n")
+    assert main(["compare", str(p)]) == 2
+    assert "two or more" in capsys.readouterr().err
+
+
+def test_tuned_variant_reads_the_exported_file(tmp_path):
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tuned / "cpu-tuned.yaml").write_text("batch_size: 32\nlr: 0.02\noptimizer: adam\nsource: {study_name: x}\n")
+    p = tmp_path / "p.yaml"
+    p.write_text(f"study: c\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\n"
+                 f"variants: [cpu-default, cpu-tuned]\ntuned_params_dir: {tuned}\n")
+    configs = {c.settings.variant: c for c in load_study(p).configs("cpu", "resnet18")}
+    assert configs["cpu-tuned"].batch_size == 32 and configs["cpu-tuned"].settings.lr == 0.02
+    assert configs["cpu-tuned"].settings.optimizer == "adam"
+    assert configs["cpu-default"].batch_size == 8
+
+
+def test_run_variant_flag(capsys, tmp_path):
+    code = main(["run", "--model", "squeezenet1_1", "--batch-size", "8", "--steps", "1", "--variant", "gpu-amp",
+                 "--set", "train_subset=64", "--results-dir", str(tmp_path), "--json"])
+    assert code == 1  # skipped is not ok
+    row = json.loads(capsys.readouterr().out)
+    assert row["status"] == "skipped" and row["variant"] == "gpu-amp"
+    assert main(["run", "--model", "squeezenet1_1", "--variant", "cpu-turbo"]) == 2
+    assert "cpu-turbo" in capsys.readouterr().err
