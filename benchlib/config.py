@@ -102,6 +102,19 @@ class RunConfig:
                 f"{extra}__seed{s.seed}")
 
 
+def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
+                    sweep: Mapping[str, Sequence[Any]] | None, repeats: int, variants: Sequence[Any]) -> list[RunConfig]:
+    """Every configuration of the pair: per variant (a tuned one brings its own batch size), the grid."""
+    from .variants import apply_variant
+
+    out = []
+    for v in variants or (None,):
+        point = apply_variant(settings, v) if v is not None else settings
+        tuned_batch = v.settings_overrides.get("batch_size") if v is not None else None
+        out += expand_configs(study, hardware, model, (tuned_batch,) if tuned_batch else batch_sizes, point, sweep, repeats)
+    return out
+
+
 def expand_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
                    sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1) -> list[RunConfig]:
     """Every configuration of one hardware/model pair: batch sizes x swept settings x repeat seeds."""
@@ -139,16 +152,8 @@ class StudyConfig:
     variants: tuple[Any, ...] = ()  # benchlib.variants.Variant, one set of configurations each
 
     def configs(self, hardware: str, model: str) -> list[RunConfig]:
-        """Every configuration of the pair: per variant (a tuned one brings its own batch size), the grid."""
-        from .variants import apply_variant
-
-        out = []
-        for v in self.variants or (None,):
-            settings = apply_variant(self.settings, v) if v is not None else self.settings
-            tuned_batch = v.settings_overrides.get("batch_size") if v is not None else None
-            batches = (tuned_batch,) if tuned_batch else self.batch_sizes
-            out += expand_configs(self.study, hardware, model, batches, settings, dict(self.sweep), self.repeats)
-        return out
+        return expand_variants(self.study, hardware, model, self.batch_sizes, self.settings, dict(self.sweep),
+                               self.repeats, self.variants)
 
     def all_configs(self) -> list[RunConfig]:
         return [c for h, m in self.pairs() for c in self.configs(h, m)]

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from . import __version__, distributed
-from .config import RunConfig, RunSettings, expand_configs, setting_names, settings_from_mapping
+from .config import RunConfig, RunSettings, expand_variants, setting_names, settings_from_mapping
 from .datasets import num_classes_of
 from .devices import device_name, resolve_hardware
 from .faults import maybe_inject
@@ -40,8 +40,8 @@ from .results import row_key, safe_name, write_manifest, write_row
 from .roofline import ensure_ceilings, place_on_roof, roof_dtype
 from .quantize import count_quantized_modules, model_size_on_disk_bytes, quantize_dynamic_linear, quantize_static_int8
 from .timing import Samples
-from .variants import (Variant, apply_memory_format, backend_flags, compile_model, compile_seconds, precision_context,
-                       unsupported_reason, variant_of)
+from .variants import (Variant, apply_memory_format, backend_flags, compile_model, compile_seconds, parse_variant,
+                       precision_context, unsupported_reason, variant_of)
 from .telemetry import TelemetrySampler, write_telemetry_csv
 from .train import MemoryCeilingError, NonFiniteLossError, TrainResult, evaluate, train
 
@@ -422,7 +422,7 @@ def completed_row(results_dir: Path, cfg: RunConfig, machine: str) -> dict[str, 
 
 def run_pair(study: str, hardware: str, model: str, batch_sizes: list[int], settings: RunSettings,
              results_dir: str | Path, *, sweep: Mapping[str, list[Any]] | None = None, repeats: int = 1,
-             resume: bool = True) -> list[dict[str, Any]]:
+             resume: bool = True, variants: Sequence[Mapping[str, Any] | str] = ()) -> list[dict[str, Any]]:
     """Measure every configuration of one hardware/model pair, recording each row as it finishes.
 
     With ``resume``, configurations whose complete row already exists are skipped (their row is
@@ -430,7 +430,8 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: list[int], sett
     """
     out = Path(results_dir)
     machine = machine_name()
-    configs = expand_configs(study, hardware, model, batch_sizes, settings, sweep, repeats)
+    parsed = [parse_variant(v, "notebook parameters: variants") for v in variants]
+    configs = expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed)
     rows = []
     for i, cfg in enumerate(configs, 1):
         done = completed_row(out, cfg, machine) if resume else None

@@ -24,6 +24,7 @@ from .results import read_results, remove_stale_temp_files, safe_name, write_row
 from .roofline import ensure_ceilings
 from .profiling import profile_dir
 from .runner import completed_row, error_text, failure_row
+from .variants import variant_spec
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def _record_pair_failure(configs: list[RunConfig], results: Path, exc: BaseExcep
 def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict:
     return {"study": cfg.study, "hardware": hardware, "model": model, "batch_sizes": list(cfg.batch_sizes),
             "sweep": {k: list(v) for k, v in cfg.sweep}, "repeats": cfg.repeats, "resume": True,
+            "variants": [variant_spec(v) for v in cfg.variants],
             "results_dir": str(paths.results), "figures_dir": str(paths.reports / "figures"),
             **settings_as_params(cfg.settings)}
 
@@ -158,7 +160,7 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
     _log(f"profile {hardware} / {model} (batch {run.batch_size})")
     out = paths.reports / "profile" / pair_notebook_name(hardware, model)
     params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
-              if k not in ("batch_sizes", "sweep", "repeats", "resume")}
+              if k not in ("batch_sizes", "sweep", "repeats", "resume", "variants")}
     params["batch_size"] = run.batch_size
     try:
         publish.execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
@@ -209,7 +211,7 @@ def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), report
     for i, (hardware, model) in enumerate(cfg.pairs(), 1):
         _log(f"tuning pair {i}/{len(cfg.pairs())}: {hardware} / {model} ({cfg.tune.n_trials} trial(s), {cfg.tune.objective})")
         params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
-                  if k not in ("sweep", "repeats", "resume")}
+                  if k not in ("sweep", "repeats", "resume", "variants")}
         params.update(cfg.tune.as_params())
         out = paths.reports / "tune" / pair_notebook_name(hardware, model)
         try:

@@ -381,3 +381,10 @@ def variant_of(settings: Any) -> Variant:
     """The Variant a RunSettings carries (its knobs), to apply them while training and measuring."""
     return Variant(name=settings.variant, threads=settings.threads, interop_threads=settings.interop_threads,
                    **{k: getattr(settings, k) for k in _KNOBS_IN_SETTINGS})
+
+
+def variant_spec(v: Variant) -> dict[str, Any]:
+    """A plain mapping that ``parse_variant`` turns back into ``v`` (for notebook parameters)."""
+    spec = {k: getattr(v, k) for k in _KNOB_FIELDS}
+    spec.update(v.settings_overrides)
+    return {k: val for k, val in spec.items() if val is not None}

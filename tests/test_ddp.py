@@ -37,3 +37,19 @@ def test_gloo_two_processes_train_agree_and_write_one_row(tmp_path):
     for a, b in zip(ddp_losses, single_losses):
         assert a == pytest.approx(b, rel=0.05)
     assert ddp["train_samples_per_s"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.notebook
+def test_nccl_two_gpus(tmp_path):
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    out = tmp_path / "nccl"
+    proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--device", "cuda", "--results-dir", str(out),
+                           "--nproc-per-node", "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][0])
+    assert row["distributed_backend"] == "nccl" and row["world_size"] == 2 and row["ddp_weights_in_sync"] is True
+    assert row["gpu_util_pct_mean"] is not None, "telemetry covers the GPUs"

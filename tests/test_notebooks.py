@@ -27,7 +27,8 @@ def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
 def test_benchmark_parameters_match_run_settings():
     declared = papermill.inspect_notebook(str(NOTEBOOKS / "benchmark.ipynb"))
     settings = {f.name: f.default for f in dataclasses.fields(RunSettings)}
-    grid = {"study", "hardware", "model", "batch_sizes", "results_dir", "figures_dir", "sweep", "repeats", "resume"}
+    grid = {"study", "hardware", "model", "batch_sizes", "results_dir", "figures_dir", "sweep", "repeats", "resume",
+            "variants"}
     assert set(declared) == set(settings) | grid
     for name, default in settings.items():
         assert declared[name]["default"] == repr(default), name

@@ -95,3 +95,13 @@ def test_run_variant_flag(capsys, tmp_path):
     assert row["status"] == "skipped" and row["variant"] == "gpu-amp"
     assert main(["run", "--model", "squeezenet1_1", "--variant", "cpu-turbo"]) == 2
     assert "cpu-turbo" in capsys.readouterr().err
+
+
+def test_run_pair_expands_variants_like_the_study(tmp_path):
+    from benchlib.runner import run_pair
+    from benchlib.variants import variant_spec
+
+    specs = [variant_spec(PRESETS["cpu-default"]), "gpu-amp"]
+    out = run_pair("v", "cpu", "squeezenet1_1", [8], RunSettings(**{**TINY, "train_subset": 64, "train_steps": 1}),
+                   tmp_path, variants=specs)
+    assert [(r["variant"], r["status"]) for r in out] == [("cpu-default", "ok"), ("gpu-amp", "skipped")]
