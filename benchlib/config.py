@@ -68,6 +68,7 @@ class RunSettings:
     seed: int = _f(0, "random seed for weights, data order and subsets", min=0)
     threads: int | None = _f(None, "torch intra-op threads (default: the CPUs this process may use)", min=1, max=1024)
     interop_threads: int | None = _f(None, "torch inter-op threads", min=1, max=1024)
+    telemetry: bool = _f(True, "sample CPU/GPU telemetry in a background thread while measuring")
     telemetry_interval_s: float = _f(0.1, "seconds between telemetry samples (CPU, memory, GPU via NVML)",
                                      min=0.01, max=60.0)
     memory_limit_bytes: int | None = _f(None, "CPU memory ceiling: a configuration whose RSS passes it is recorded as oom", min=1)

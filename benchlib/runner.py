@@ -42,7 +42,7 @@ from .quantize import count_quantized_modules, model_size_on_disk_bytes, quantiz
 from .timing import Samples
 from .variants import (Variant, apply_memory_format, backend_flags, compile_model, compile_seconds, parse_variant,
                        precision_context, unsupported_reason, variant_of)
-from .telemetry import TelemetrySampler, write_telemetry_csv
+from .telemetry import NullSampler, TelemetrySampler, write_telemetry_csv
 from .train import MemoryCeilingError, NonFiniteLossError, TrainResult, evaluate, train
 
 ProgressFn = Callable[[str], None]
@@ -263,6 +263,8 @@ def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine:
         raise ValueError(f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples")
     if progress:
         progress(f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
+    if not s.telemetry:
+        sampler = NullSampler()
     sampler = sampler or TelemetrySampler(s.telemetry_interval_s)
     meter = EnergyMeter()
     try:
@@ -380,7 +382,7 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
         torch.set_num_threads(cfg.settings.threads)
     try:
         ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware)) if main_rank else None
-        sampler = TelemetrySampler(cfg.settings.telemetry_interval_s)
+        sampler = TelemetrySampler(cfg.settings.telemetry_interval_s) if cfg.settings.telemetry else NullSampler()
         row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, sampler=sampler)
         if row is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
@@ -396,7 +398,7 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
     if not main_rank:
         return None
     row["manifest_id"] = mid
-    if samples and sampler.result is not None:
+    if samples and sampler.result is not None and not sampler.result.frame.empty:
         write_telemetry_csv(sampler.result, results_dir / "telemetry" / f"{row_key(row)}.csv")
     write_row(results_dir, row, samples)
     return row

@@ -582,3 +582,24 @@ class TelemetrySampler:
             if c not in frame:
                 frame[c] = None
         return frame[lead + cores + gpus]
+
+
+class NullSampler:
+    """Stands in for TelemetrySampler when telemetry is turned off: no thread, no samples, a stated reason."""
+
+    running = False
+
+    def __init__(self, reason: str = "telemetry turned off (telemetry: false)"):
+        self.result: Telemetry | None = None
+        self._reason = reason
+
+    def start(self) -> "NullSampler":
+        self.result = Telemetry(frame=pd.DataFrame(columns=["t_s", "phase"]), missing={"telemetry": self._reason},
+                                interval_s=0.0)
+        return self
+
+    def set_phase(self, phase: str) -> None:
+        pass
+
+    def stop(self) -> Telemetry | None:
+        return self.result

@@ -12,6 +12,7 @@ Target: <= 1% slower (ratio of medians >= 0.99).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -44,12 +45,11 @@ def sample_cost_s(interval_s: float, repeats: int = 200) -> float:
 def train_samples_per_s(cfg: RunConfig, interval_s: float | None) -> tuple[float, int | None]:
     """Training throughput of one measure() call, with the sampler running when ``interval_s`` is given."""
     if interval_s is None:
-        row, _ = measure(cfg)
+        row, _ = measure(dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, telemetry=False)))
         return row["train_samples_per_s"], None
-    with TelemetrySampler(interval_s) as sampler:
-        sampler.set_phase("measure")
-        row, _ = measure(cfg)
-    return row["train_samples_per_s"], len(sampler.result.frame)
+    settings = dataclasses.replace(cfg.settings, telemetry=True, telemetry_interval_s=interval_s)
+    row, _ = measure(dataclasses.replace(cfg, settings=settings))  # measure's own sampler, as every run has
+    return row["train_samples_per_s"], row["telemetry_samples"]
 
 
 def main() -> None:
