@@ -23,7 +23,8 @@ echo "[drill] uninterrupted run: ${ref_s} s"
 
 rows() { ls "$WORK/drill/results/$STUDY/rows" 2>/dev/null | wc -l; }
 for i in $(seq 1 "$KILLS"); do
-  delay=$(( 3 + RANDOM % (ref_s > 6 ? ref_s - 3 : 3) ))
+  span=$(( ref_s / (i + 1) ))  # each resumed run has less left to do: kill it sooner
+  delay=$(( 3 + RANDOM % (span > 3 ? span : 3) ))
   setsid $BL study "$PARAMS" --results-root "$WORK/drill/results" --reports-root "$WORK/drill/reports" \
     >>"$WORK/drill.log" 2>&1 &
   pid=$!
