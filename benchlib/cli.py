@@ -269,6 +269,16 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
+    p.add_argument("params", help="study params file, e.g. params/default.yaml")
+    p.add_argument("--results-root", default="results", help="results go to RESULTS_ROOT/<study>/")
+    p.add_argument("--reports-root", default="reports", help="reports go to REPORTS_ROOT/<study>/")
+    p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a notebook cell may run")
+    if fresh:
+        p.add_argument("--fresh", action="store_true",
+                       help="start over: move the study's old results and reports aside (nothing is deleted)")
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--data", default="digits", help="digits, synthetic, cifar10, tinyimagenet, imagefolder")
@@ -294,12 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("study", help="run every hardware/model pair of a params file, then the summary and HTML")
-    p.add_argument("params", help="study params file, e.g. params/default.yaml")
-    p.add_argument("--results-root", default="results", help="results go to RESULTS_ROOT/<study>/")
-    p.add_argument("--reports-root", default="reports", help="reports go to REPORTS_ROOT/<study>/")
-    p.add_argument("--cell-timeout", type=int, default=3600, help="seconds a notebook cell may run")
-    p.add_argument("--fresh", action="store_true",
-                   help="start over: move the study's old results and reports aside (nothing is deleted)")
+    _add_study_args(p)
     p.add_argument("--pair", type=int, help="run only pair number PAIR (0-based; what a SLURM array task does)")
     p.add_argument("--no-summary", action="store_true", help="skip the summary (build it later with benchlib report)")
     p.set_defaults(func=_cmd_study)
@@ -317,26 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_slurm)
 
     p = sub.add_parser("sweep", help="run a sweep study (batch sizes, threads, workers) and its sweep analysis")
-    p.add_argument("params", help="study params file with several batch_sizes or a sweep: mapping")
-    p.add_argument("--results-root", default="results")
-    p.add_argument("--reports-root", default="reports")
-    p.add_argument("--cell-timeout", type=int, default=3600)
-    p.add_argument("--fresh", action="store_true", help="move the study's old results and reports aside first")
+    _add_study_args(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("compare", help="compare optimization variants (the params file's variants:) per pair")
-    p.add_argument("params")
-    p.add_argument("--results-root", default="results")
-    p.add_argument("--reports-root", default="reports")
-    p.add_argument("--cell-timeout", type=int, default=3600)
-    p.add_argument("--fresh", action="store_true")
+    _add_study_args(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("tune", help="one Optuna study per hardware/model pair (the params file's tune: section)")
-    p.add_argument("params")
-    p.add_argument("--results-root", default="results")
-    p.add_argument("--reports-root", default="reports")
-    p.add_argument("--cell-timeout", type=int, default=3600)
+    _add_study_args(p, fresh=False)
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("run", help="measure one configuration")
