@@ -23,6 +23,15 @@ def _show(df: pd.DataFrame, empty_message: str) -> Any:
     return df.style.format(_FLOAT_FORMAT, subset=df.select_dtypes("number").columns).hide(axis="index")
 
 
+def _show_figure(fig: Any) -> bool:
+    """Show a figure (already saved as PNG by ``plots``) and free it; False when there was none."""
+    if fig is None:
+        return False
+    display(fig)
+    plots.plt.close(fig)
+    return True
+
+
 def load(results_dirs: Iterable[str]) -> pd.DataFrame:
     return report.load(results_dirs)
 
@@ -56,11 +65,7 @@ def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
     shown = 0
     for metric in ("train_samples_per_s", "epoch_s", "latency_ms_p50", "infer_samples_per_s",
                    "peak_rss_bytes", "peak_cuda_allocated_bytes", "test_accuracy"):
-        fig = plots.metric_bars(df, metric, figures_dir)
-        if fig is not None:
-            display(fig)
-            plots.plt.close(fig)
-            shown += 1
+        shown += _show_figure(plots.metric_bars(df, metric, figures_dir))
     if not shown:
         display(Markdown("*No successful configuration to plot.*"))
 
@@ -70,11 +75,8 @@ def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figur
     for row in rows:
         if row.get("status") != "ok":
             continue
-        fig = plots.step_time_distribution(read_samples(Path(results_dir), row), row["run_id"], figures,
-                                           f"steps__{row['machine']}__{row['run_id']}")
-        if fig is not None:
-            display(fig)
-            plots.plt.close(fig)
+        _show_figure(plots.step_time_distribution(read_samples(Path(results_dir), row), row["run_id"], figures,
+                                                  f"steps__{row['machine']}__{row['run_id']}"))
 
 
 def complexity(df: pd.DataFrame) -> Any:
@@ -88,10 +90,8 @@ def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -
         display(Markdown("*No measured ceilings in these results folders: run `benchlib roofline --results-dir DIR`.*"))
         return
     figures = plots.device_rooflines(df, ceilings, figures_dir) + plots.model_rooflines(df, ceilings, figures_dir)
-    effect = plots.batch_effect(df, figures_dir)
-    for fig in figures + ([effect] if effect is not None else []):
-        display(fig)
-        plots.plt.close(fig)
+    for fig in figures + [plots.batch_effect(df, figures_dir)]:
+        _show_figure(fig)
     display(_show(pd.DataFrame([
         {"machine": c["machine"], "device": c["device"], "device_name": c.get("device_name"),
          **{f"peak_{k}_flops_per_s": v for k, v in c["peak_flops_per_s"].items()},
@@ -130,9 +130,7 @@ def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
         return
     figures = [plots.profile_breakdowns(found, figures_dir)] + [plots.top_operators(p, figures_dir) for p in found]
     for fig in figures:
-        if fig is not None:
-            display(fig)
-            plots.plt.close(fig)
+        _show_figure(fig)
     for p in found:
         if p.get("notes"):
             display(Markdown(f"*{p['model']} on {p['hardware']}:* " + " ".join(p["notes"])))
@@ -169,11 +167,7 @@ def sweep(df: pd.DataFrame, figures_dir: str) -> None:
             display(Markdown(f"### Scaling with {knob}"))
             display(_show(table, ""))
             figures.append(plots.scaling(table, knob, figures_dir))
-    shown = [f for f in figures if f is not None]
-    for fig in shown:
-        display(fig)
-        plots.plt.close(fig)
-    if not shown:
+    if not sum(_show_figure(fig) for fig in figures):
         display(Markdown("*Nothing was swept: give several batch sizes, or `sweep: {threads: [...]}`.*"))
 
 
@@ -182,10 +176,7 @@ def device_scaling(df: pd.DataFrame, figures_dir: str) -> Any:
     table = report.scaling_table(df, "world_size")
     if table.empty:
         return Markdown("*One process per configuration: run with `--nproc-per-node N` to see data-parallel scaling.*")
-    fig = plots.scaling(table, "world_size", figures_dir)
-    if fig is not None:
-        display(fig)
-        plots.plt.close(fig)
+    _show_figure(plots.scaling(table, "world_size", figures_dir))
     return _show(table, "")
 
 
@@ -227,12 +218,9 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
             path = Path(d) / "telemetry" / f"{row_key(row)}.csv"
             if shown >= max_timelines or not path.exists():
                 continue
-            fig = plots.telemetry_timeline(pd.read_csv(path), f"{row['machine']}:{row['hardware']} {row['run_id']}",
-                                           figures_dir, f"telemetry__{row_key(row)}")
-            if fig is not None:
-                display(fig)
-                plots.plt.close(fig)
-                shown += 1
+            shown += _show_figure(plots.telemetry_timeline(
+                pd.read_csv(path), f"{row['machine']}:{row['hardware']} {row['run_id']}", figures_dir,
+                f"telemetry__{row_key(row)}"))
     if not shown:
         display(Markdown("*No telemetry time series in these results.*"))
 
