@@ -233,9 +233,11 @@ def variants(df: pd.DataFrame) -> Any:
     quant = report.ok_rows(df)
     cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
                         "accuracy_drop_pts", "model_size_bytes", "fp32_model_size_bytes", "quantized_modules",
-                        "compile_s") if c in quant]
+                        "weights_trained_by", "compile_s") if c in quant]
     if "quantization" in quant and (quant["quantization"] != "none").any():
-        display(Markdown("Quantized variants: accuracy on the same trained weights as their fp32 baseline."))
+        display(Markdown("Quantized variants train nothing of their own: each evaluates the weights its fp32 "
+                         "baseline trained (`weights_trained_by`), so it has no epoch-time bar and its accuracy "
+                         "drop is measured on the very same weights."))
         display(_show(quant[quant["quantization"] != "none"][cols], ""))
     return _show(table, "")
 

@@ -37,6 +37,7 @@ from .energy import EnergyMeter, EnergyResult, per_sample
 from .memory import MemoryReport, PeakMemory
 from .models import build_model, count_parameters
 from .results import row_key, safe_name, write_manifest, write_row
+from .shared_weights import WeightsPlan, load_weights, plan_weights, save_weights, training_first
 from .roofline import ensure_ceilings, place_on_roof, roof_dtype
 from .quantize import count_quantized_modules, model_size_on_disk_bytes, quantize_dynamic_linear, quantize_static_int8
 from .timing import Samples
@@ -138,7 +139,7 @@ def _as_format(x: torch.Tensor, variant: Variant) -> torch.Tensor:
 
 
 def _quantized(model: torch.nn.Module, loaders: Any, device: torch.device, s: RunSettings,
-               fp32_test: Any) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+               fp32_test: Any, trained_by: str | None) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
     """Quantize the trained fp32 model itself and evaluate it: accuracy is compared on the same weights.
 
     Static int8 is calibrated on training batches (real images: the activation ranges must be real).
@@ -155,7 +156,9 @@ def _quantized(model: torch.nn.Module, loaders: Any, device: torch.device, s: Ru
         "model_size_bytes": model_size_on_disk_bytes(qmodel), "fp32_model_size_bytes": model_size_on_disk_bytes(model),
         "fp32_test_accuracy": None if loaders.synthetic else fp32_test.accuracy, "accuracy_drop_pts": drop,
         "quantized_modules": json.dumps(count_quantized_modules(qmodel), sort_keys=True),
-        "weights": "the fp32 weights trained in this configuration, quantized after training",
+        "weights_trained_by": trained_by,
+        "weights": (f"the fp32 weights {trained_by} trained, quantized after training" if trained_by
+                    else "the fp32 weights trained in this configuration, quantized after training"),
     }
 
 
@@ -213,8 +216,8 @@ def _memory_columns(mem: MemoryReport) -> dict[str, Any]:
 
 
 def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
-            ceilings: Mapping[str, Any] | None = None,
-            sampler: TelemetrySampler | None = None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
+            ceilings: Mapping[str, Any] | None = None, sampler: TelemetrySampler | None = None,
+            weights: WeightsPlan | None = None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
     """Train, evaluate and time one configuration; return (row, raw samples by series).
 
     With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
@@ -222,6 +225,10 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     (``sampler``, or one made here; its ``result`` holds the time series), and energy is read around
     the training loop and around the working-batch latency repeats. Under torchrun the model trains
     data-parallel on every rank and only rank 0 gets a row (others: None).
+
+    With a ``weights`` plan, an inference-only variant (quantized) evaluates the weights its training
+    configuration saved instead of training (its training columns are then absent, and
+    ``weights_trained_by`` names that configuration); a training configuration saves them for it.
     """
     s = cfg.settings
     device = torch.device(resolve_hardware(cfg.hardware))
@@ -232,12 +239,13 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     if reason is not None:
         raise SkippedConfiguration(reason)
     with backend_flags(variant):
-        return _measure(cfg, device, variant, machine=machine, progress=progress, ceilings=ceilings, sampler=sampler)
+        return _measure(cfg, device, variant, machine=machine, progress=progress, ceilings=ceilings, sampler=sampler,
+                        weights=weights)
 
 
 def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine: str | None, progress: ProgressFn | None,
-             ceilings: Mapping[str, Any] | None,
-             sampler: TelemetrySampler | None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
+             ceilings: Mapping[str, Any] | None, sampler: TelemetrySampler | None,
+             weights: WeightsPlan | None) -> tuple[dict[str, Any] | None, dict[str, list[float]]]:
     s = cfg.settings
     dist_info = distributed.init(device.type)
     device = distributed.rank_device(device, dist_info)
@@ -254,6 +262,7 @@ def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine:
     model = build_model(cfg.model, loaders.num_classes, pretrained=s.pretrained,
                         freeze_backbone=s.freeze_backbone, weights_path=s.weights_path).to(device)
     model, _ = apply_memory_format(model, None, variant)
+    trained_by = load_weights(weights, model) if weights is not None and weights.load else None
     net = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
            if dist_info else model)
     net, _ = compile_model(net, variant)  # compiles lazily, inside the warmup steps (compile_s)
@@ -262,7 +271,8 @@ def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine:
     if per_epoch < 1:
         raise ValueError(f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples")
     if progress:
-        progress(f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
+        progress(f"{cfg.run_id}: evaluates the weights {trained_by} trained" if trained_by
+                 else f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
     if not s.telemetry:
         sampler = NullSampler()
     sampler = sampler or TelemetrySampler(s.telemetry_interval_s)
@@ -271,19 +281,21 @@ def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine:
         sampler.start()
         sampler.set_phase("train")
         e_train0 = meter.read()
-        trained = train(net, loaders.train, device, s, per_epoch, progress=progress)
+        trained = None if trained_by else train(net, loaders.train, device, s, per_epoch, progress=progress)
         e_train1 = meter.read()
         in_sync = distributed.weights_in_sync(model, dist_info)
         if dist_info is not None and not dist_info.is_main:
             memory.stop()
             distributed.barrier(dist_info)  # wait while rank 0 evaluates
             return None, {}
+        if trained is not None and weights is not None and weights.save:
+            save_weights(weights, model, cfg.run_id)
         sampler.set_phase("eval")
         infer_model = net.module if dist_info else net
         test = evaluate(infer_model, loaders.test, device, s)
         quant: dict[str, Any] = {"model_size_bytes": model_size_on_disk_bytes(model)}
         if variant.quantization != "none":
-            infer_model, test, quant = _quantized(model, loaders, device, s, test)
+            infer_model, test, quant = _quantized(model, loaders, device, s, test, trained_by)
         sampler.set_phase("latency")
         batch1 = _as_format(example_batch(loaders.test, 1, device), variant)
         batch_n = _as_format(example_batch(loaders.test, cfg.batch_size, device), variant)
@@ -302,30 +314,35 @@ def _measure(cfg: RunConfig, device: torch.device, variant: Variant, *, machine:
 
     synthetic = loaders.synthetic
     infer_samples = cfg.batch_size * (s.infer_warmup_batches + s.latency_repeats)
+    if trained is not None:  # an evaluate-only row has no training figures of its own
+        row.update({
+            **_training_columns(trained, per_epoch, world),
+            "train_accuracy": None if synthetic else trained.train_accuracy,
+            "compile_s": compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median)
+            if variant.compile != "off" else None,
+            **telemetry.summary("train"),
+            **_energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
+                              trained.total_samples * world, device.type),
+        })
     row.update({
         "synthetic": synthetic, "num_classes": loaders.num_classes, "train_samples": loaders.train_samples,
         "test_samples": loaders.test_samples, "warmup_steps": s.warmup_steps,
-        **_training_columns(trained, per_epoch, world),
         "world_size": world, "per_rank_batch_size": local_batch,
         "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
         "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
-        "train_accuracy": None if synthetic else trained.train_accuracy,
         "test_accuracy": None if synthetic else test.accuracy,
         **_latency_columns(lat1, latn, cfg.batch_size),
         **_memory_columns(mem),
         "params": params, "params_trainable": trainable, **quant,
-        "compile_s": compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median)
-        if variant.compile != "off" else None,
-        **telemetry.summary("train"),
-        **_energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
-                          trained.total_samples * world, device.type),
         **_energy_columns("infer", meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples, device.type),
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": _now(),
     })
     row.update(roof_columns(row, ceilings, device.type))
-    samples = {"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
-               "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s, "loss": trained.loss_per_step,
-               "latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
+    samples = {"latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
+    if trained is not None:
+        samples.update({"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
+                        "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,
+                        "loss": trained.loss_per_step})
     return row, samples
 
 
@@ -368,7 +385,8 @@ def _print_progress(msg: str) -> None:
     print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
 
 
-def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _print_progress) -> dict[str, Any] | None:
+def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _print_progress,
+           weights: WeightsPlan | None = None) -> dict[str, Any] | None:
     """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead.
 
     Under torchrun only rank 0 records the manifest, measures the ceilings and writes the row.
@@ -383,7 +401,8 @@ def record(cfg: RunConfig, results_dir: Path, *, progress: ProgressFn | None = _
     try:
         ceilings = ensure_ceilings(results_dir, resolve_hardware(cfg.hardware)) if main_rank else None
         sampler = TelemetrySampler(cfg.settings.telemetry_interval_s) if cfg.settings.telemetry else NullSampler()
-        row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, sampler=sampler)
+        row, samples = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, sampler=sampler,
+                               weights=weights)
         if row is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
@@ -429,11 +448,14 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: list[int], sett
 
     With ``resume``, configurations whose complete row already exists are skipped (their row is
     returned as it was), so a killed study loses at most the configuration that was running.
+    Each training variant trains once: the inference-only variants (quantized) run after it and
+    evaluate the weights it saved.
     """
     out = Path(results_dir)
     machine = machine_name()
     parsed = [parse_variant(v, "notebook parameters: variants") for v in variants]
-    configs = expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed)
+    configs = training_first(expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed))
+    plans = plan_weights(out, machine, configs)
     rows = []
     for i, cfg in enumerate(configs, 1):
         done = completed_row(out, cfg, machine) if resume else None
@@ -443,5 +465,5 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: list[int], sett
             continue
         _print_progress(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}")
         maybe_inject(cfg.run_id)
-        rows.append(record(cfg, out))
+        rows.append(record(cfg, out, weights=plans.get(cfg.run_id)))
     return rows

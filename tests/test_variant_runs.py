@@ -105,3 +105,69 @@ def test_run_pair_expands_variants_like_the_study(tmp_path):
     out = run_pair("v", "cpu", "squeezenet1_1", [8], RunSettings(**{**TINY, "train_subset": 64, "train_steps": 1}),
                    tmp_path, variants=specs)
     assert [(r["variant"], r["status"]) for r in out] == [("cpu-default", "ok"), ("gpu-amp", "skipped")]
+
+
+# ---------------------------------------------------------------- one training per training variant
+
+def _pair_settings(**kw):
+    return RunSettings(**{**TINY, "train_subset": 64, "test_subset": 48, **kw})
+
+
+def test_training_key_ignores_only_inference_settings():
+    from benchlib.shared_weights import training_key
+
+    def key(**kw):
+        return training_key(RunConfig("v", "cpu", "resnet18", 8, dataclasses.replace(_pair_settings(), **kw)))
+    base = key()
+    assert key(quantization="static_int8", variant="cpu-quantized", latency_repeats=9) == base
+    assert key(lr=0.01) != base and key(seed=1) != base and key(precision="amp_bf16") != base
+    assert training_key(RunConfig("v", "cpu", "resnet18", 16, _pair_settings())) != base
+
+
+def test_quantized_variants_evaluate_the_weights_their_baseline_trained(tmp_path, monkeypatch):
+    from benchlib import runner
+    from benchlib.results import read_samples
+    from benchlib.variants import variant_spec
+
+    calls = []
+    real_train = runner.train
+    monkeypatch.setattr(runner, "train", lambda *a, **k: calls.append(1) or real_train(*a, **k))
+    specs = [variant_spec(PRESETS["cpu-quantized"]), {"name": "cpu-dynamic", "quantization": "dynamic"},
+             variant_spec(PRESETS["cpu-default"])]
+    out = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path, variants=specs)
+    assert [r["variant"] for r in out] == ["cpu-default", "cpu-quantized", "cpu-dynamic"], "training runs first"
+    assert all(r["status"] == "ok" for r in out)
+    assert len(calls) == 1, "one training for one training variant"
+    default, static, dynamic = out
+    for q in (static, dynamic):
+        assert q["weights_trained_by"] == default["run_id"]
+        assert q["fp32_test_accuracy"] == default["test_accuracy"], "the very weights the baseline trained"
+        assert q["train_step_s_median"] is None and q.get("epoch_s") is None, "no training figures of its own"
+        assert set(read_samples(tmp_path, q)["series"]) == {"latency_s", "batch_latency_s"}
+    assert len(list((tmp_path / "weights").glob("*.pt"))) == 1
+
+
+def test_a_resumed_pair_reuses_saved_weights_and_ignores_foreign_ones(tmp_path, monkeypatch):
+    from benchlib import runner
+    from benchlib.variants import variant_spec
+
+    specs = [variant_spec(PRESETS["cpu-default"]), variant_spec(PRESETS["cpu-quantized"])]
+    first = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path, variants=specs[:1])
+    assert not (tmp_path / "weights").exists(), "no inference variant asked: no weights written"
+    runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path / "b", variants=specs)
+    saved = next((tmp_path / "b" / "weights").glob("*.pt"))
+    for row in (tmp_path / "b" / "rows").glob("*quantized*"):
+        row.unlink()  # as if the study was killed before the quantized row
+    calls = []
+    real_train = runner.train
+    monkeypatch.setattr(runner, "train", lambda *a, **k: calls.append(1) or real_train(*a, **k))
+    again = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path / "b", variants=specs)
+    assert calls == [] and again[1]["weights_trained_by"] == first[0]["run_id"]
+    saved.write_bytes(b"not a checkpoint")
+    for row in (tmp_path / "b" / "rows").glob("*quantized*"):
+        row.unlink()
+    with pytest.warns(UserWarning, match="unreadable shared weights"):
+        trained_itself = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path / "b",
+                                         variants=specs)
+    assert calls == [1] and trained_itself[1]["status"] == "ok"
+    assert trained_itself[1]["weights_trained_by"] is None
