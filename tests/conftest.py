@@ -20,9 +20,10 @@ def tiny_settings():
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    mps = getattr(torch.backends, "mps", None)
+    present = {"gpu": torch.cuda.is_available(), "mps": bool(mps and mps.is_available())}
+    reasons = {"gpu": "needs a CUDA GPU", "mps": "needs an Apple MPS device"}
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, here in present.items():
+            if marker in item.keywords and not here:
+                item.add_marker(pytest.mark.skip(reason=reasons[marker]))
