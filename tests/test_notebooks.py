@@ -84,3 +84,75 @@ def test_tiny_study_through_papermill(tmp_path):
     assert 'href="tiny/profile/cpu__resnet18.html"' in index
     assert (df["above_roof"] == False).all()  # noqa: E712  (a point above its roof is a measurement bug)
     assert (df["flops_per_sample"] > 0).all() and (df["roof_fraction"] > 0).all()
+
+
+# ---------------------------------------------------------------- the Kaggle / Colab install cell
+
+NOTEBOOK_NAMES = ("benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb")
+SERVICE_VARS = ("KAGGLE_KERNEL_RUN_TYPE", "COLAB_RELEASE_TAG", "BENCHLIB_PIP_SPEC")
+
+
+def _install_cell(name: str) -> str:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    return next(c for c in nb.cells if c.cell_type == "code").source
+
+
+def test_every_notebook_starts_with_the_same_install_cell():
+    assert len({_install_cell(n) for n in NOTEBOOK_NAMES}) == 1
+    assert "KAGGLE_KERNEL_RUN_TYPE" in _install_cell("benchmark.ipynb")
+
+
+def _run_install_cell(monkeypatch, cwd: Path, **env: str) -> tuple[list, dict]:
+    """Execute the cell as IPython would (magics transformed), with benchlib absent and a recording %pip."""
+    import importlib.util
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "benchlib" else real_find_spec(n, *a))
+    for k in SERVICE_VARS:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(cwd)
+    calls: list = []
+
+    class Shell:
+        def run_line_magic(self, magic: str, line: str) -> None:
+            calls.append((magic, line))
+
+    namespace = {"get_ipython": Shell}
+    exec(TransformerManager().transform_cell(_install_cell("benchmark.ipynb")), namespace)
+    return calls, namespace
+
+
+def _checkout(root: Path) -> Path:
+    (root / "benchlib").mkdir(parents=True)
+    (root / "benchlib" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text("[project]\nname = 'benchlib'\n")
+    (root / "notebooks").mkdir()
+    return root
+
+
+def test_install_cell_does_nothing_off_the_services(monkeypatch, tmp_path):
+    assert _run_install_cell(monkeypatch, tmp_path)[0] == []
+
+
+def test_install_cell_installs_the_spec_it_is_given(monkeypatch, tmp_path):
+    calls, ns = _run_install_cell(monkeypatch, tmp_path, KAGGLE_KERNEL_RUN_TYPE="Interactive",
+                                  BENCHLIB_PIP_SPEC="/kaggle/input/wheels/benchlib-0.1.0-py3-none-any.whl")
+    assert calls == [("pip", "install -q {benchlib_spec}")]
+    assert ns["benchlib_spec"] == "/kaggle/input/wheels/benchlib-0.1.0-py3-none-any.whl"
+
+
+def test_install_cell_finds_a_checkout_it_runs_in_or_that_was_cloned_beside_it(monkeypatch, tmp_path):
+    repo = _checkout(tmp_path / "clone" / "benchlib")
+    _, ns = _run_install_cell(monkeypatch, repo / "notebooks", COLAB_RELEASE_TAG="release-colab")
+    assert ns["benchlib_spec"] == str(repo)
+    _, ns = _run_install_cell(monkeypatch, tmp_path / "clone", COLAB_RELEASE_TAG="release-colab")
+    assert ns["benchlib_spec"] == str(repo), "a clone into the working folder (/content/benchlib)"
+
+
+def test_install_cell_without_anything_to_install_says_what_to_set(monkeypatch, tmp_path):
+    with pytest.raises(RuntimeError, match="set BENCHLIB_PIP_SPEC"):
+        _run_install_cell(monkeypatch, tmp_path, KAGGLE_KERNEL_RUN_TYPE="Batch")
