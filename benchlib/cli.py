@@ -79,7 +79,9 @@ def _config_from_args(args: argparse.Namespace) -> "RunConfig":
     except BenchlibError as exc:
         raise ConfigError(f"command line: --device: {exc}") from exc
     apply_threads(settings.threads, settings.interop_threads)
-    return RunConfig(args.study, args.device, args.model, args.batch_size, settings)
+    from .distributed import launched_world_size
+
+    return RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

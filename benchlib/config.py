@@ -93,14 +93,19 @@ class RunConfig:
     batch_size: int
     settings: RunSettings = field(default_factory=RunSettings)
     swept: tuple[str, ...] = ()
+    world_size: int = 1  # data-parallel processes (torchrun); the batch size is global
 
     @property
     def run_id(self) -> str:
-        """Stable id of the configuration on one machine: a re-run replaces its row (and resume skips it)."""
+        """Stable id of the configuration on one machine: a re-run replaces its row (and resume skips it).
+
+        A data-parallel run has its own id (``__ddpN``), so rows for 1 and N processes sit side by side.
+        """
         s = self.settings
         extra = "".join(f"__{k}{getattr(s, k)}" for k in self.swept)
+        ddp = f"__ddp{self.world_size}" if self.world_size > 1 else ""
         return (f"{self.hardware.replace(':', '')}__{self.model}__bs{self.batch_size}__{s.variant}__{s.precision}"
-                f"{extra}__seed{s.seed}")
+                f"{extra}{ddp}__seed{s.seed}")
 
 
 def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,

@@ -26,8 +26,13 @@ class DistInfo:
         return self.rank == 0
 
 
+def launched_world_size() -> int:
+    """How many processes torchrun started for this run (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return launched_world_size() > 1
 
 
 def init(device_type: str) -> DistInfo | None:

@@ -71,7 +71,7 @@ def base_row(cfg: RunConfig, machine: str) -> dict[str, Any]:
         "device_name": None, "model": cfg.model, "dataset": s.dataset, "image_size": s.image_size,
         "batch_size": cfg.batch_size, "variant": s.variant, "precision": s.precision,
         "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
-        "seed": s.seed, "status": "ok", "error": None, "optimizer": s.optimizer, "lr": s.lr,
+        "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None, "optimizer": s.optimizer, "lr": s.lr,
         "epochs": s.epochs, "pretrained": s.pretrained, "freeze_backbone": s.freeze_backbone,
         "num_workers": s.num_workers, "tf32": s.tf32, "cudnn_benchmark": s.cudnn_benchmark,
         "benchlib_version": __version__, "started_utc": _now(),

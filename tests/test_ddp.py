@@ -5,33 +5,38 @@ import json
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
+
+from benchlib.report import scaling_table
+from benchlib.results import read_results, read_samples
 
 COMMON = ["run", "--model", "resnet18", "--data", "synthetic", "--batch-size", "64", "--steps", "3",
           "--set", "warmup_steps=0", "--set", "synthetic_samples=256", "--set", "latency_repeats=3",
           "--set", "infer_warmup_batches=1", "--json"]
 
 
-def _run(tmp_path, name, *extra):
-    out = tmp_path / name
+def _run(out, *extra):
     proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(out), *extra],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert len(lines) == 1, "only rank 0 prints its row"
-    losses = pd.read_csv(next((out / "samples").glob("*.csv")))
-    return json.loads(lines[0]), out, losses[losses["series"] == "loss"]["value"].tolist()
+    row = json.loads(lines[0])
+    losses = read_samples(out, row)
+    return row, losses[losses["series"] == "loss"]["value"].tolist()
 
 
 @pytest.mark.notebook
 def test_gloo_two_processes_train_agree_and_write_one_row(tmp_path):
-    single, _, single_losses = _run(tmp_path, "single")
-    ddp, out, ddp_losses = _run(tmp_path, "ddp", "--nproc-per-node", "2")
+    single, single_losses = _run(tmp_path)
+    ddp, ddp_losses = _run(tmp_path, "--nproc-per-node", "2")
     assert ddp["world_size"] == 2 and ddp["per_rank_batch_size"] == 32 and ddp["distributed_backend"] == "gloo"
     assert ddp["ddp_weights_in_sync"] is True
     assert single["world_size"] == 1 and single["ddp_weights_in_sync"] is None
-    assert len(list((out / "rows").glob("*.json"))) == 1
+    assert ddp["run_id"] == single["run_id"].replace("__seed0", "__ddp2__seed0")
+    assert len(list((tmp_path / "rows").glob("*.json"))) == 2, "one row per run, side by side in one folder"
+    scaling = scaling_table(read_results([tmp_path]), "world_size").set_index("world_size")
+    assert scaling.loc[2, "speedup"] == pytest.approx(ddp["train_samples_per_s"] / single["train_samples_per_s"])
     assert len(ddp_losses) == len(single_losses) == 3
     # same initial weights and the same global batches; BatchNorm normalizes per rank, hence a tolerance
     for a, b in zip(ddp_losses, single_losses):
