@@ -227,7 +227,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     data-parallel on every rank and only rank 0 gets a row (others: None).
 
     With a ``weights`` plan, an inference-only variant (quantized) evaluates the weights its training
-    configuration saved instead of training (its training columns are then absent, and
+    configuration saved instead of training (its training columns are then empty, and
     ``weights_trained_by`` names that configuration); a training configuration saves them for it.
     """
     s = cfg.settings

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import io
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 
 from .config import RunConfig, RunSettings
@@ -27,11 +28,12 @@ INFERENCE_ONLY_SETTINGS = ("quantization", "variant", "latency_repeats", "infer_
 
 
 def training_key(cfg: RunConfig) -> str:
-    """A hash of everything that decides the trained weights: model, hardware, batch size, settings."""
+    """A hash of everything that decides the trained weights: model, hardware, batch, processes, settings."""
     defaults = RunSettings()
     settings = dataclasses.replace(cfg.settings, **{k: getattr(defaults, k) for k in INFERENCE_ONLY_SETTINGS})
-    payload = json.dumps({"model": cfg.model, "hardware": cfg.hardware, "batch_size": cfg.batch_size,
-                          "settings": dataclasses.asdict(settings)}, sort_keys=True, default=str)
+    identity = {"model": cfg.model, "hardware": cfg.hardware, "batch_size": cfg.batch_size,
+                "world_size": cfg.world_size, "settings": dataclasses.asdict(settings)}
+    payload = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
