@@ -54,9 +54,10 @@ def test_region_clock():
     assert clock.seconds >= 0.01
 
 
-@pytest.mark.gpu
-def test_step_timer_cuda_events_match_work():
-    dev = torch.device("cuda")
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu), pytest.param("mps", marks=pytest.mark.mps)])
+def test_step_timer_events_match_asynchronous_work(device):
+    """Asynchronous GPU work must land inside the timed region (CUDA events, MPS synchronization)."""
+    dev = torch.device(device)
     timer = StepTimer(dev)
     a = torch.randn(2048, 2048, device=dev)
     for n in (1, 8):
