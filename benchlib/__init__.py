@@ -1,2 +1,64 @@
-"""benchlib: profile and benchmark CNN training and inference on CPUs and GPUs with PyTorch."""
-__version__ = "0.1.0"
+"""benchlib: profile and benchmark CNN training and inference on CPUs and GPUs with PyTorch.
+
+The public API, what the notebooks and scripts use. Names load on first use (PEP 562), so that
+``import benchlib.spec`` stays torch-free and the command line starts quickly; the layers below are
+described in ``docs/architecture.md``.
+
+    import benchlib as bl
+    study = bl.load_study("params/default.yaml")            # validated, and checked against this machine
+    rows = bl.run_pair(study.study, "cpu", "resnet18", [64], study.settings, "results/default")
+    df = bl.read_results(["results/default"])
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+_API: dict[str, str] = {
+    # what to run
+    "RunSettings": "benchlib.spec.settings", "RunConfig": "benchlib.spec.settings", "Knobs": "benchlib.spec.knobs",
+    "StudyConfig": "benchlib.spec.study", "Variant": "benchlib.spec.variants", "PRESETS": "benchlib.spec.variants",
+    "parse_variant": "benchlib.spec.variants", "parse_search_space": "benchlib.spec.tune",
+    "load_study": "benchlib.run.preflight", "settings_from_params": "benchlib.run.preflight",
+    # the machine
+    "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
+    # measure and record
+    "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measure", "record": "benchlib.run.record",
+    "run_pair": "benchlib.run.record", "record_profile": "benchlib.run.profile", "tune_pair": "benchlib.run.tune",
+    "measure_ceilings": "benchlib.roofline.ceilings", "Ceilings": "benchlib.roofline.ceilings",
+    # read results back
+    "read_results": "benchlib.store.rows", "ResultsLayout": "benchlib.store.layout",
+}
+__all__ = ["__version__", *_API]
+
+if TYPE_CHECKING:
+    from .env.manifest import collect_manifest
+    from .env.threads import apply_threads
+    from .roofline.ceilings import Ceilings, measure_ceilings
+    from .run.measure import Measurement, measure
+    from .run.preflight import load_study, settings_from_params
+    from .run.profile import record_profile
+    from .run.record import record, run_pair
+    from .run.tune import tune_pair
+    from .spec.knobs import Knobs
+    from .spec.settings import RunConfig, RunSettings
+    from .spec.study import StudyConfig
+    from .spec.tune import parse_search_space
+    from .spec.variants import PRESETS, Variant, parse_variant
+    from .store.layout import ResultsLayout
+    from .store.rows import read_results
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'benchlib' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

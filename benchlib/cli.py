@@ -10,8 +10,9 @@ import json
 import subprocess
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -35,8 +36,8 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
-    from .config import load_study
-    from .study import run_study
+    from .pipeline.study import run_study
+    from .run.preflight import load_study
 
     cfg = load_study(args.params)
     if args.cell_timeout < 1:
@@ -50,12 +51,14 @@ def _cmd_study(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else EXIT_FAILURES
 
 
-def _config_from_args(args: argparse.Namespace) -> "RunConfig":
+def _config_from_args(args: argparse.Namespace) -> RunConfig:
     """One validated configuration from ``run``/``profile`` arguments (threads applied)."""
-    from .config import RunConfig, check_batch_sizes, settings_from_mapping
-    from .devices import resolve_hardware
-    from .models import MODELS
-    from .threads import apply_threads
+    from .env.distributed import launched_world_size
+    from .env.threads import apply_threads
+    from .run.preflight import check_data, check_hardware
+    from .spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
+    from .spec.variants import apply_variant, parse_variant
+    from .spec.vocab import MODELS
 
     values: dict[str, Any] = {"dataset": args.data}
     for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
@@ -66,30 +69,24 @@ def _config_from_args(args: argparse.Namespace) -> "RunConfig":
     values.update(_parse_set(args.set))
     settings = settings_from_mapping(values, "command line")
     if getattr(args, "variant", None):
-        from .variants import apply_variant, parse_variant
-
         settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))
     if args.model not in MODELS:
         raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
     if args.batch_size < 1:
         raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
     check_batch_sizes([args.batch_size], settings, "command line")
-    try:
-        resolve_hardware(args.device)
-    except BenchlibError as exc:
-        raise ConfigError(f"command line: --device: {exc}") from exc
-    apply_threads(settings.threads, settings.interop_threads)
-    from .distributed import launched_world_size
-
+    check_data(settings, "command line")
+    check_hardware([args.device], "command line", key="--device")
+    apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
     return RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """A study whose grid sweeps batch sizes (list or doubling range), threads or workers, then its analysis."""
-    from .study import summarize
+    from .pipeline.study import summarize
+    from .run.preflight import load_study
 
     code = _cmd_study(args)
-    from .config import load_study
 
     cfg = load_study(args.params)
     results = Path(args.results_root).resolve() / cfg.study
@@ -99,8 +96,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
-    from .config import load_study
-    from .slurm import SlurmResources, submit, write_script
+    from .pipeline.slurm import SlurmResources, submit, write_script
+    from .run.preflight import load_study
 
     cfg = load_study(args.params, check_devices=False)  # the cluster's nodes have the devices, not this one
     res = SlurmResources(args.time, args.cpus_per_task, args.mem, args.gpus_per_task, args.partition, args.account)
@@ -123,7 +120,7 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
-    from .config import load_study
+    from .run.preflight import load_study
 
     cfg = load_study(args.params)
     if len(cfg.variants) < 2:
@@ -133,8 +130,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .config import load_study
-    from .study import run_tuning
+    from .pipeline.study import run_tuning
+    from .run.preflight import load_study
 
     cfg = load_study(args.params)
     failed = run_tuning(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
@@ -143,8 +140,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .distributed import launched_by_torchrun
-    from .runner import measure, record
+    from .env.distributed import launched_by_torchrun
+    from .run.measure import measure
+    from .run.record import record
 
     if args.nproc_per_node < 1:
         raise ConfigError(f"command line: --nproc-per-node {args.nproc_per_node}; allowed: integers >= 1")
@@ -152,7 +150,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
     cfg = _config_from_args(args)
     if args.no_save:
-        row, _ = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
+        measured = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
+        row = measured.row if measured is not None else None
     else:
         row = record(cfg, Path(args.results_dir))
     if launched_by_torchrun():
@@ -172,7 +171,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from .profiling import format_breakdown, record_profile
+    from .instruments.profiler import format_breakdown
+    from .run.profile import record_profile
 
     cfg = _config_from_args(args)
     for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0), ("--active", args.active, 1)):
@@ -196,7 +196,7 @@ def _nan_to_none(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    from .manifest import collect_manifest
+    from .env.manifest import collect_manifest
 
     manifest = collect_manifest()
     if args.json:
@@ -208,7 +208,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .study import summarize
+    from .pipeline.study import summarize
 
     dirs = [Path(d) for d in args.results_dirs]
     for d in dirs:
@@ -226,8 +226,9 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def _cmd_flops(args: argparse.Namespace) -> int:
     import torch
 
-    from .flops import complexity, layer_table
-    from .models import MODELS, build_model
+    from .nets.flops import complexity, layer_table
+    from .nets.models import build_model
+    from .spec.vocab import MODELS
 
     if args.model not in MODELS:
         raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
@@ -249,8 +250,9 @@ def _cmd_flops(args: argparse.Namespace) -> int:
 
 
 def _cmd_roofline(args: argparse.Namespace) -> int:
-    from .devices import resolve_hardware
-    from .roofline import measure_ceilings, save_ceilings
+    from .env.devices import resolve_hardware
+    from .roofline.cache import save_ceilings
+    from .roofline.ceilings import measure_ceilings
 
     try:
         device = resolve_hardware(args.device)
@@ -261,13 +263,13 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
     print(f"[benchlib] measuring {device} ceilings ({args.repeats} repeats per figure)", file=sys.stderr, flush=True)
     ceilings = measure_ceilings(device, repeats=args.repeats)
     if args.results_dir:
-        ceilings["path"] = str(save_ceilings(ceilings, Path(args.results_dir)))
+        ceilings.path = str(save_ceilings(ceilings, Path(args.results_dir)))
     if args.json:
-        print(json.dumps({k: v for k, v in ceilings.items() if k != "samples"} | {"samples": ceilings["samples"]}, default=str))
+        print(json.dumps({**ceilings.to_json(), "path": ceilings.path}, default=str))
     else:
-        for dtype, value in ceilings["peak_flops_per_s"].items():
+        for dtype, value in ceilings.peak_flops_per_s.items():
             print(f"peak {dtype:>5}: {value / 1e9:10.1f} GFLOP/s")
-        print(f"bandwidth : {ceilings['bandwidth_bytes_per_s'] / 1e9:10.1f} GB/s (bytes read + written)")
+        print(f"bandwidth : {ceilings.bandwidth_bytes_per_s / 1e9:10.1f} GB/s (bytes read + written)")
     return 0
 
 

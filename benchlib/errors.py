@@ -1,7 +1,13 @@
-"""Exceptions benchlib raises for problems the user can fix.
+"""Every exception benchlib raises on purpose, in one module.
 
-Every error here carries one line that names the problem and what is allowed; the CLI prints that line
-and exits with code 2 (bad input) without a traceback unless ``--debug`` is given.
+Two families:
+
+- :class:`BenchlibError`: a problem the user can fix (bad input, a missing file, an absent device). Its
+  message is one line naming the problem and what is allowed; the CLI prints it and exits with
+  ``exit_code`` (2) without a traceback unless ``--debug`` is given.
+- :class:`MeasurementOutcome`: a configuration ended without a measurement for a reason that is itself a
+  result (it cannot run here, it ran out of memory, its loss diverged). The runner records it as a row
+  whose ``status`` names the outcome, and the study goes on.
 """
 from __future__ import annotations
 
@@ -30,3 +36,31 @@ class WeightsUnavailableError(BenchlibError):
 
 class ResultsFileError(BenchlibError):
     """A results file is unreadable, truncated or not a benchlib results file."""
+
+
+class MeasurementOutcome(RuntimeError):
+    """A configuration produced no measurement; ``status`` is the word its row records."""
+
+    status: str = "failed"
+
+
+class SkippedConfiguration(MeasurementOutcome):
+    """The variant cannot run on this device (fp16 training on CPU, quantized inference on CUDA, ...)."""
+
+    status = "skipped"
+
+
+class NonFiniteLossError(MeasurementOutcome):
+    """The training loss became NaN or infinite: the configuration is unstable."""
+
+    status = "unstable"
+
+
+class MemoryCeilingError(MeasurementOutcome, MemoryError):
+    """The process RSS passed the configured CPU memory ceiling."""
+
+    status = "oom"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the ``raise`` fault of a drill (``BENCHLIB_FAULT``): a pair notebook that errors."""

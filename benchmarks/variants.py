@@ -27,8 +27,12 @@ from torch.utils.data import DataLoader
 from benchlib.datasets import load_dataset
 from benchlib.devices import cpu_model_name
 from benchlib.models import build_model
-from benchlib.quantize import (count_quantized_modules, model_size_on_disk_bytes, quantize_dynamic_linear,
-                               quantize_static_int8)
+from benchlib.quantize import (
+    count_quantized_modules,
+    model_size_on_disk_bytes,
+    quantize_dynamic_linear,
+    quantize_static_int8,
+)
 from benchlib.threads import apply_threads
 from benchlib.timing import Samples
 from benchlib.variants import PRESETS, compile_model, compile_seconds, unsupported_reason

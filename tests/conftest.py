@@ -14,7 +14,7 @@ TINY = dict(dataset="digits", image_size=32, train_subset=128, test_subset=64, t
 
 @pytest.fixture
 def tiny_settings():
-    from benchlib.config import RunSettings
+    from benchlib.spec.settings import RunSettings
 
     return RunSettings(**TINY)
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from benchlib.cli import main
-from benchlib.results import ROW_COLUMNS
+from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
 def test_run_json_prints_one_row(capsys, tmp_path):

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from benchlib import datasets as ds
+from benchlib.data import datasets as ds
 from benchlib.errors import DataPathError
 
 CIFAR_IMAGES_PER_BATCH = 20

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from benchlib.report import scaling_table
-from benchlib.results import read_results, read_samples
+from benchlib.report.tables import scaling_table
+from benchlib.store.rows import read_results, read_samples
 
 COMMON = ["run", "--model", "resnet18", "--data", "synthetic", "--batch-size", "64", "--steps", "3",
           "--set", "warmup_steps=0", "--set", "synthetic_samples=256", "--set", "latency_repeats=3",

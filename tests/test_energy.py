@@ -10,9 +10,9 @@ import pandas as pd
 import pynvml
 import pytest
 
-from benchlib import energy as en
-from benchlib.energy import EnergyMeter, EnergyReading, EnergyResult, energy_between, per_sample
-from benchlib.telemetry import Telemetry
+from benchlib.instruments import energy as en
+from benchlib.instruments.energy import EnergyMeter, EnergyReading, EnergyResult, energy_between, per_sample
+from benchlib.instruments.telemetry import Telemetry
 
 MAX_RANGE_UJ = 262_143_328_850
 
@@ -58,7 +58,7 @@ class FakeEnergyNvml:
         self.mj = {i: 10_000_000 * (i + 1) for i in range(count)}
         self.shutdowns = 0
 
-    def install(self, monkeypatch) -> "FakeEnergyNvml":
+    def install(self, monkeypatch) -> FakeEnergyNvml:
         monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
         monkeypatch.setattr(pynvml, "nvmlShutdown", self.shutdown)
         monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: self.count)

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from benchlib.flops import LAYER_TABLE_COLUMNS, PUBLISHED_MACS, Complexity, complexity, layer_table
-from benchlib.models import MODELS, build_model
+from benchlib.nets.flops import LAYER_TABLE_COLUMNS, PUBLISHED_MACS, Complexity, complexity, layer_table
+from benchlib.nets.models import build_model
+from benchlib.spec.vocab import MODELS
 
 IMAGENET_SIZE = 224
 MACS_TOLERANCE = 0.05
@@ -178,7 +179,7 @@ def test_bad_arguments(kwargs: dict) -> None:
 
 
 def test_scaling_to_batch_matches_a_count_at_that_batch():
-    from benchlib.flops import at_batch_size, complexity, complexity_for_run
+    from benchlib.nets.flops import at_batch_size, complexity, complexity_for_run
 
     counted = complexity("resnet18", 32, batch_size=8, num_classes=10)
     scaled = at_batch_size(complexity("resnet18", 32, batch_size=2, num_classes=10), 8)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from benchlib.memory import PeakMemory, current_rss_bytes
+from benchlib.instruments.memory import PeakMemory, current_rss_bytes
 
 
 def test_peak_rss_sees_a_transient_tensor():
@@ -20,7 +20,7 @@ def test_peak_rss_sees_a_transient_tensor():
 
 
 def test_sampler_fallback_when_hwm_cannot_reset(monkeypatch):
-    import benchlib.memory as memory
+    import benchlib.instruments.memory as memory
 
     monkeypatch.setattr(memory, "_reset_vm_hwm", lambda: False)
     mem = PeakMemory(torch.device("cpu"), sample_interval_s=0.005).start()

@@ -8,7 +8,8 @@ import torch
 import torchvision
 
 from benchlib.errors import ConfigError, WeightsUnavailableError
-from benchlib.models import MODELS, build_model, count_parameters, pretrained_cache_path
+from benchlib.nets.models import build_model, count_parameters, pretrained_cache_path
+from benchlib.spec.vocab import MODELS
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.config import RunConfig
-from benchlib.roofline import measure_ceilings
-from benchlib.runner import record
-from benchlib.variants import PRESETS, apply_variant
+from benchlib.roofline.ceilings import measure_ceilings
+from benchlib.run.record import record
+from benchlib.spec.settings import RunConfig
+from benchlib.spec.variants import PRESETS, apply_variant
 
 pytestmark = pytest.mark.mps
 

@@ -1,7 +1,6 @@
 """Notebooks: committed clean, parameters in step with the config, and a tiny study through papermill."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import nbformat
@@ -10,8 +9,8 @@ import pytest
 import yaml
 
 from benchlib.cli import main
-from benchlib.config import RunSettings
-from benchlib.results import read_results
+from benchlib.spec.settings import setting_defaults
+from benchlib.store.rows import read_results
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -24,14 +23,23 @@ def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
     assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1
 
 
-def test_benchmark_parameters_match_run_settings():
-    declared = papermill.inspect_notebook(str(NOTEBOOKS / "benchmark.ipynb"))
-    settings = {f.name: f.default for f in dataclasses.fields(RunSettings)}
-    grid = {"study", "hardware", "model", "batch_sizes", "results_dir", "figures_dir", "sweep", "repeats", "resume",
-            "variants"}
-    assert set(declared) == set(settings) | grid
-    for name, default in settings.items():
-        assert declared[name]["default"] == repr(default), name
+PAIR_PARAMETERS = {"study", "hardware", "model", "results_dir", "figures_dir"}
+NOTEBOOK_PARAMETERS = {
+    "benchmark.ipynb": PAIR_PARAMETERS | {"batch_sizes", "sweep", "repeats", "resume", "variants"},
+    "profile.ipynb": PAIR_PARAMETERS | {"batch_size", "profile_wait", "profile_warmup", "profile_active"},
+    "tune.ipynb": PAIR_PARAMETERS | {"batch_sizes", "n_trials", "objective", "pruning", "epochs_per_trial", "tune_seed",
+                                     "search_space"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_PARAMETERS))
+def test_pair_notebook_parameters_match_the_run_settings(name):
+    """Every run setting (knobs included) is a parameter with the spec's default; nothing else but the pair's own."""
+    declared = papermill.inspect_notebook(str(NOTEBOOKS / name))
+    settings = setting_defaults()
+    assert set(declared) == set(settings) | NOTEBOOK_PARAMETERS[name]
+    for key, default in settings.items():
+        assert declared[key]["default"] == repr(default), f"{name}: {key}"
 
 
 def test_notebook_cells_stay_thin():

@@ -9,13 +9,25 @@ import pandas as pd
 import pytest
 from torch.autograd import DeviceType
 
-from benchlib.config import RunConfig, RunSettings
 from benchlib.errors import ConfigError
-from benchlib.profiling import (
-    BREAKDOWN_CATEGORIES, OPERATOR_COLUMNS, REGIONS, STEP_COLUMNS, ProfileResult, StepSpans, breakdown_table,
-    clip_intervals, covered_us, device_work_kind, merge_intervals, profile_training, step_breakdown_us,
-    step_spans, subtract_intervals,
+from benchlib.instruments.profiler import (
+    BREAKDOWN_CATEGORIES,
+    OPERATOR_COLUMNS,
+    REGIONS,
+    STEP_COLUMNS,
+    ProfileResult,
+    StepSpans,
+    breakdown_table,
+    clip_intervals,
+    covered_us,
+    device_work_kind,
+    merge_intervals,
+    step_breakdown_us,
+    step_spans,
+    subtract_intervals,
 )
+from benchlib.run.profile import profile_training, save_tables
+from benchlib.spec.settings import RunConfig, RunSettings
 
 ACTIVE = 3
 TOP_N = 10
@@ -106,7 +118,7 @@ def test_breakdown(profiled):
 
 def test_save_writes_csvs_that_read_back(profiled, tmp_path):
     result = profiled[0]
-    paths = result.save(tmp_path / "tables")
+    paths = save_tables(result, tmp_path / "tables")
     assert {p.name for p in paths.values()} == {
         "operators.csv", "top_self_cpu.csv", "top_self_device.csv", "steps.csv", "breakdown.csv"}
     for name, table in result.tables().items():

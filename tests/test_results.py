@@ -7,11 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from benchlib.results import ROW_COLUMNS, atomic_write_text, read_results, write_row, write_table
+from benchlib.store.atomic import atomic_write_text
+from benchlib.store.rows import read_results, write_row, write_table
+from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
 def _row(**kw):
@@ -72,7 +73,7 @@ def test_write_table(tmp_path):
 _CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    import benchlib.results as r
+    import benchlib.store.atomic as r
     stage = sys.argv[2]
     if stage == "replace":
         os.replace = lambda *a: (print("ready", flush=True), time.sleep(60))
@@ -102,7 +103,7 @@ def test_stale_temp_files_are_removed_fresh_ones_kept(tmp_path):
     import os
     import time
 
-    from benchlib.results import remove_stale_temp_files
+    from benchlib.store.atomic import remove_stale_temp_files
 
     (tmp_path / "rows").mkdir()
     old, fresh = tmp_path / "rows" / ".a.json.x.tmp", tmp_path / "rows" / ".b.json.y.tmp"

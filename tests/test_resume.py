@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from benchlib.cli import main
-from benchlib.config import RunSettings
-from benchlib.results import read_results
-from benchlib.runner import run_pair
+from benchlib.run.record import run_pair
+from benchlib.spec.settings import RunSettings
+from benchlib.store.rows import read_results
 
 TINY = {"dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
         "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1}
@@ -101,7 +101,7 @@ def test_sweep_records_oom_and_nan_and_goes_on(tmp_path):
     settings = RunSettings(**TINY)
     rows = run_pair("s", "cpu", "squeezenet1_1", [4], settings, tmp_path,
                     sweep={"lr": [0.01, 1e9], "memory_limit_bytes": [None, 1]})
-    status = {(r["lr"], r["run_id"].endswith("memory_limit_bytes1__seed0")): r["status"] for r in rows}
+    status = {(r["lr"], "__memory_limit_bytes1__" in r["run_id"]): r["status"] for r in rows}
     assert len(rows) == 4
     assert status[(0.01, False)] == "ok"
     assert status[(0.01, True)] == "oom" and status[(1e9, True)] == "oom"
@@ -114,7 +114,7 @@ def test_sweep_records_oom_and_nan_and_goes_on(tmp_path):
 def test_repeats_run_each_configuration_with_several_seeds(tmp_path):
     rows = run_pair("s", "cpu", "squeezenet1_1", [4], RunSettings(**TINY), tmp_path, repeats=3)
     assert [r["seed"] for r in rows] == [0, 1, 2]
-    from benchlib.report import repeat_summary
+    from benchlib.report.tables import repeat_summary
 
     agg = repeat_summary(read_results([tmp_path]))
     assert len(agg) == 1 and agg.loc[0, "n"] == 3
@@ -128,7 +128,8 @@ def test_repeats_run_each_configuration_with_several_seeds(tmp_path):
 _WRITER = """
 import sys
 from pathlib import Path
-from benchlib.results import ROW_COLUMNS, write_row, write_table
+from benchlib.store.rows import write_row, write_table
+from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 out, name = Path(sys.argv[1]), sys.argv[2]
 for i in range(40):
     row = {c: None for c in ROW_COLUMNS}

@@ -5,6 +5,7 @@ finite and positive, and are consistent with each other.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from benchlib import roofline as rl
+from benchlib.roofline import ceilings as rl_ceilings
 
 SMALL = {"matmul_size": 256, "copy_bytes": 8 * 2**20, "repeats": 3, "warmup": 1}
 PEAK_FLOPS_PER_S = 100e12
@@ -21,7 +23,7 @@ RIDGE = PEAK_FLOPS_PER_S / BANDWIDTH_BYTES_PER_S  # 50 FLOP/byte
 
 
 @pytest.fixture(scope="module")
-def cpu_ceilings() -> dict:
+def cpu_ceilings() -> rl.Ceilings:
     return rl.measure_ceilings("cpu", **SMALL)
 
 
@@ -34,40 +36,41 @@ def _positive_finite(x: float) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_cpu_ceilings_are_finite_positive_and_complete(cpu_ceilings: dict) -> None:
+def test_cpu_ceilings_are_finite_positive_and_complete(cpu_ceilings: rl.Ceilings) -> None:
     c = cpu_ceilings
-    assert c["device"] == "cpu" and c["device_name"]
-    assert "fp32" in c["peak_flops_per_s"]
-    assert "tf32" not in c["peak_flops_per_s"]  # a CUDA-only mode never appears on a CPU
-    assert all(_positive_finite(v) for v in c["peak_flops_per_s"].values())
-    assert _positive_finite(c["bandwidth_bytes_per_s"])
-    assert c["matmul_size"] == 256 and c["copy_bytes"] == 8 * 2**20 and c["repeats"] == 3
-    assert c["threads"] == torch.get_num_threads()
-    assert c["measured_utc"].endswith("+00:00") and "2*n^3" in c["method"]
+    assert c.device == "cpu" and c.device_name
+    assert "fp32" in c.peak_flops_per_s
+    assert "tf32" not in c.peak_flops_per_s  # a CUDA-only mode never appears on a CPU
+    assert all(_positive_finite(v) for v in c.peak_flops_per_s.values())
+    assert _positive_finite(c.bandwidth_bytes_per_s)
+    assert c.matmul_size == 256 and c.copy_bytes == 8 * 2**20 and c.repeats == 3
+    assert c.threads == torch.get_num_threads()
+    assert c.measured_utc.endswith("+00:00") and "2*n^3" in c.method
 
 
-def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: dict) -> None:
+def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: rl.Ceilings) -> None:
     c = cpu_ceilings
-    expected_keys = {f"matmul_{d}_s" for d in c["peak_flops_per_s"]} | {"copy_s"}
-    assert set(c["samples"]) == expected_keys == set(c["iqr_over_median"])
-    for values in c["samples"].values():
+    expected_keys = {f"matmul_{d}_s" for d in c.peak_flops_per_s} | {"copy_s"}
+    assert set(c.samples) == expected_keys == set(c.iqr_over_median)
+    for values in c.samples.values():
         assert len(values) == 3 and all(_positive_finite(v) for v in values)
-    for dtype, peak in c["peak_flops_per_s"].items():
-        median_s = sorted(c["samples"][f"matmul_{dtype}_s"])[1]
+    for dtype, peak in c.peak_flops_per_s.items():
+        median_s = sorted(c.samples[f"matmul_{dtype}_s"])[1]
         assert peak == pytest.approx(2 * 256**3 / median_s)
-    assert c["bandwidth_bytes_per_s"] == pytest.approx(2 * 8 * 2**20 / sorted(c["samples"]["copy_s"])[1])
-    assert all(v >= 0 for v in c["iqr_over_median"].values())
+    assert c.bandwidth_bytes_per_s == pytest.approx(2 * 8 * 2**20 / sorted(c.samples["copy_s"])[1])
+    assert all(v >= 0 for v in c.iqr_over_median.values())
 
 
-def test_ridge_point_is_peak_over_bandwidth(cpu_ceilings: dict) -> None:
+def test_ridge_point_is_peak_over_bandwidth(cpu_ceilings: rl.Ceilings) -> None:
     c = cpu_ceilings
-    assert set(c["ridge_point_flops_per_byte"]) == set(c["peak_flops_per_s"])
-    for dtype, ridge in c["ridge_point_flops_per_byte"].items():
-        assert ridge == pytest.approx(c["peak_flops_per_s"][dtype] / c["bandwidth_bytes_per_s"])
+    assert set(c.ridge_point_flops_per_byte) == set(c.peak_flops_per_s)
+    for dtype, ridge in c.ridge_point_flops_per_byte.items():
+        assert ridge == pytest.approx(c.peak_flops_per_s[dtype] / c.bandwidth_bytes_per_s)
 
 
-def test_ceilings_are_json_ready(cpu_ceilings: dict) -> None:
-    assert json.loads(json.dumps(cpu_ceilings, allow_nan=False)) == cpu_ceilings
+def test_ceilings_are_json_ready(cpu_ceilings: rl.Ceilings) -> None:
+    text = json.dumps(cpu_ceilings.to_json(), allow_nan=False)
+    assert rl.Ceilings.from_json(json.loads(text)) == cpu_ceilings
 
 
 def test_bad_arguments_are_refused() -> None:
@@ -82,7 +85,7 @@ def test_bad_arguments_are_refused() -> None:
 def test_tf32_switch_restores_the_legacy_flag() -> None:
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32
-    with rl._tf32_matmul(not before):
+    with rl_ceilings._tf32_matmul(not before):
         assert matmul.allow_tf32 == (not before)
     assert matmul.allow_tf32 == before
 
@@ -93,7 +96,7 @@ def test_tf32_switch_follows_the_new_api_when_the_caller_uses_it() -> None:
     legacy_before = matmul.allow_tf32
     try:
         matmul.fp32_precision = "ieee"
-        with rl._tf32_matmul(True):
+        with rl_ceilings._tf32_matmul(True):
             assert matmul.fp32_precision == "tf32"
         assert matmul.fp32_precision == "ieee"
     finally:
@@ -195,7 +198,7 @@ def test_datasheet_for_returns_a_copy() -> None:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_save_load_round_trip_and_corrupt_file_is_skipped(cpu_ceilings: dict, tmp_path: Path,
+def test_save_load_round_trip_and_corrupt_file_is_skipped(cpu_ceilings: rl.Ceilings, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCHLIB_MACHINE", "box one")
     path = rl.save_ceilings(cpu_ceilings, tmp_path)
@@ -212,8 +215,8 @@ def test_save_load_round_trip_and_corrupt_file_is_skipped(cpu_ceilings: dict, tm
 
     assert len(loaded) == 1
     got = loaded[0]
-    assert got["machine"] == "box one" and got["path"] == str(path)
-    assert {k: v for k, v in got.items() if k not in ("machine", "path")} == cpu_ceilings
+    assert got.machine == "box one" and got.path == str(path)
+    assert dataclasses.replace(got, machine="", path=None) == cpu_ceilings
 
 
 def test_load_ceilings_refuses_a_missing_folder(tmp_path: Path) -> None:
@@ -233,24 +236,24 @@ def test_cuda_ceilings_all_four_dtypes_and_tf32_flag_restored() -> None:
     c = rl.measure_ceilings("cuda", dtypes=["fp32", "tf32", "fp16", "bf16"], matmul_size=4096,
                             copy_bytes=256 * 2**20, repeats=3, warmup=1)
     assert torch.backends.cuda.matmul.allow_tf32 == before
-    assert c["device"] == f"cuda:{torch.cuda.current_device()}"
-    assert c["device_name"] == torch.cuda.get_device_name()
-    assert set(c["peak_flops_per_s"]) == {"fp32", "tf32", "fp16", "bf16"}
-    assert all(_positive_finite(v) for v in c["peak_flops_per_s"].values())
-    assert _positive_finite(c["bandwidth_bytes_per_s"])
-    assert all(len(v) == 3 for v in c["samples"].values())
+    assert c.device == f"cuda:{torch.cuda.current_device()}"
+    assert c.device_name == torch.cuda.get_device_name()
+    assert set(c.peak_flops_per_s) == {"fp32", "tf32", "fp16", "bf16"}
+    assert all(_positive_finite(v) for v in c.peak_flops_per_s.values())
+    assert _positive_finite(c.bandwidth_bytes_per_s)
+    assert all(len(v) == 3 for v in c.samples.values())
     # tensor-core half precision outruns plain fp32 on every GPU that has tensor cores
     if torch.cuda.get_device_capability() >= (8, 0):
-        assert c["peak_flops_per_s"]["fp16"] > c["peak_flops_per_s"]["fp32"]
+        assert c.peak_flops_per_s["fp16"] > c.peak_flops_per_s["fp32"]
 
 
 def test_best_of_keeps_the_highest_median_per_figure():
     from benchlib.roofline import best_of
 
-    a = {"device": "cpu", "peak_flops_per_s": {"fp32": 100.0, "bf16": 300.0}, "bandwidth_bytes_per_s": 20.0}
-    b = {"device": "cpu", "peak_flops_per_s": {"fp32": 150.0, "bf16": 250.0}, "bandwidth_bytes_per_s": 10.0}
+    a = rl.Ceilings("cpu", "cpu", peak_flops_per_s={"fp32": 100.0, "bf16": 300.0}, bandwidth_bytes_per_s=20.0)
+    b = rl.Ceilings("cpu", "cpu", peak_flops_per_s={"fp32": 150.0, "bf16": 250.0}, bandwidth_bytes_per_s=10.0)
     best = best_of([a, b])
-    assert best["peak_flops_per_s"] == {"fp32": 150.0, "bf16": 300.0}
-    assert best["bandwidth_bytes_per_s"] == 20.0
-    assert best["ridge_point_flops_per_byte"]["fp32"] == 7.5
-    assert best["attempts"] == 2
+    assert best.peak_flops_per_s == {"fp32": 150.0, "bf16": 300.0}
+    assert best.bandwidth_bytes_per_s == 20.0
+    assert best.ridge_point_flops_per_byte["fp32"] == 7.5
+    assert best.attempts == 2

@@ -8,18 +8,22 @@ import math
 import pandas as pd
 import pytest
 
-from benchlib.config import RunConfig
-from benchlib.results import ROW_COLUMNS, read_results
-from benchlib.runner import measure, record
+from benchlib.run.measure import measure
+from benchlib.run.record import record
+from benchlib.spec.settings import RunConfig
+from benchlib.store.rows import read_results
+from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
 @pytest.fixture(scope="module")
 def measured():
-    from benchlib.config import RunSettings
     from conftest import TINY
 
+    from benchlib.spec.settings import RunSettings
+
     cfg = RunConfig("t", "cpu", "squeezenet1_1", 16, RunSettings(**TINY))
-    return cfg, *measure(cfg, machine="m")
+    m = measure(cfg, machine="m")
+    return cfg, m.row, m.samples
 
 
 def test_row_has_every_column(measured):
@@ -61,7 +65,8 @@ def test_epoch_time_only_from_full_epochs(measured):
 
 def test_full_epochs_and_synthetic_data(tiny_settings):
     s = dataclasses.replace(tiny_settings, dataset="synthetic", synthetic_samples=64, train_steps=None, epochs=2)
-    row, samples = measure(RunConfig("t", "cpu", "squeezenet1_1", 16, s), machine="m")
+    m = measure(RunConfig("t", "cpu", "squeezenet1_1", 16, s), machine="m")
+    row, samples = m.row, m.samples
     assert row["synthetic"] is True
     assert row["train_accuracy"] is None and row["test_accuracy"] is None
     assert row["epochs_timed"] == 2 and len(samples["epoch_s"]) == 2
@@ -79,7 +84,7 @@ def test_record_writes_row_samples_and_manifest(tmp_path, tiny_settings):
 
 
 def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
-    import benchlib.runner as runner
+    import benchlib.run.measure as runner
 
     def boom(*a, **k):
         raise RuntimeError("kaboom\nsecond line")
@@ -92,7 +97,7 @@ def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
 
 def test_default_study_points_lie_under_their_roofs(tmp_path):
     """The default study's configurations (fewer steps) against this machine's measured ceilings."""
-    from benchlib.config import load_study
+    from benchlib.run.preflight import load_study
 
     cfg = load_study("params/default.yaml")
     settings = dataclasses.replace(cfg.settings, train_steps=8, latency_repeats=10)

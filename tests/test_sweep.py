@@ -4,11 +4,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from benchlib.config import RunSettings, doubling_range, load_study
-from benchlib.report import scaling_table, sweep_summary
-from benchlib.results import read_results
-from benchlib.runner import run_pair
-from benchlib.study import summarize
+from benchlib.pipeline.study import summarize
+from benchlib.report.tables import scaling_table, sweep_summary
+from benchlib.run.preflight import load_study
+from benchlib.run.record import run_pair
+from benchlib.spec.settings import RunSettings
+from benchlib.spec.study import doubling_range
+from benchlib.store.rows import read_results
 
 TINY = {"dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
         "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1}
@@ -57,7 +59,7 @@ def test_sweep_params_file_expands():
     assert cfg.batch_sizes == (16, 32, 64, 128, 256, 512)
     configs = cfg.configs("cpu", "resnet18")
     assert len(configs) == 6 * 2 and len({c.run_id for c in configs}) == 12
-    assert {c.settings.threads for c in configs} == {1, 2}
+    assert {c.settings.knobs.threads for c in configs} == {1, 2}
 
 
 @pytest.mark.notebook

@@ -13,8 +13,11 @@ import pynvml
 import pytest
 import torch
 
-from benchlib import telemetry as tm
-from benchlib.telemetry import SUMMARY_COLUMNS, Telemetry, TelemetrySampler
+from benchlib.instruments import cpu as tm_cpu
+from benchlib.instruments import nvml as tm_nvml
+from benchlib.instruments import telemetry as tm
+from benchlib.instruments.telemetry import SUMMARY_COLUMNS, Telemetry, TelemetrySampler
+from benchlib.store.atomic import atomic_write_text
 
 CORES = psutil.cpu_count() or 1
 GPU_COLUMN_SUFFIXES = ("util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_clock_mhz", "energy_j")
@@ -54,7 +57,7 @@ class FakeNvml:
     def _n(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
 
-    def install(self, monkeypatch) -> "FakeNvml":
+    def install(self, monkeypatch) -> FakeNvml:
         for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
                      "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
                      "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo", "nvmlDeviceGetTotalEnergyConsumption"):
@@ -235,12 +238,12 @@ def test_explicit_gpu_indices_and_bad_index(monkeypatch):
     ("GPU-1234abcd", 4, None), ("MIG-GPU-1/0/0", 4, None), ("-1", 2, []),
 ])
 def test_visible_nvml_indices(env, count, expected):
-    assert tm.visible_nvml_indices(env, count) == expected
+    assert tm_nvml.visible_nvml_indices(env, count) == expected
 
 
 def test_sampling_error_is_recorded_not_raised(no_nvml, monkeypatch):
     with TelemetrySampler(0.05) as s:
-        monkeypatch.setattr(tm, "cpu_util_pct", lambda a, b: 1 / 0)
+        monkeypatch.setattr(tm_cpu, "cpu_util_pct", lambda a, b: 1 / 0)
         busy(0.2)
     assert "ZeroDivisionError" in s.result.missing["cpu"]
     assert len(s.result.frame) >= 3
@@ -252,7 +255,7 @@ def test_psutil_fallback_gives_the_same_columns(no_nvml, monkeypatch):
     def no_procfs():
         raise OSError("no /proc")
 
-    monkeypatch.setattr(tm, "_ProcfsCpu", no_procfs)
+    monkeypatch.setattr(tm_cpu, "ProcfsCpu", no_procfs)
     fallback = sample(0.3).frame
     assert list(fallback.columns) == list(procfs.columns)
     assert fallback["cpu_util_pct"].dropna().between(0, 100).all() and fallback["proc_cpu_util_pct"].notna().any()
@@ -281,16 +284,16 @@ ctxt 99
 
 
 def test_parse_proc_stat():
-    cores = tm.parse_proc_stat(PROC_STAT)
+    cores = tm_cpu.parse_proc_stat(PROC_STAT)
     assert list(cores) == [0, 2]  # numbered as the kernel numbers them (offline CPUs are absent)
     assert cores[2].user == 369586 and cores[2].idle == 66350 and cores[2].steal == 539
-    assert tm.parse_proc_stat(PROC_STAT[:120]) is None  # cut inside the cpu lines: read more
-    assert tm.parse_proc_stat("cpu  1 2 3 4\ncpu0 1 2 3 4\nintr 0\n")[0].iowait == 0  # old kernels: fewer fields
+    assert tm_cpu.parse_proc_stat(PROC_STAT[:120]) is None  # cut inside the cpu lines: read more
+    assert tm_cpu.parse_proc_stat("cpu  1 2 3 4\ncpu0 1 2 3 4\nintr 0\n")[0].iowait == 0  # old kernels: fewer fields
 
 
 def test_parse_proc_pid_stat():
     line = "17264 (my (odd) cmd) R 17259 17259 8006 0 -1 4194304 97 0 2 0 31 7 0 0 20 0 5 0 475063 3133440 388 1844\n"
-    assert tm.parse_proc_pid_stat(line) == (38, 5, 388)
+    assert tm_cpu.parse_proc_pid_stat(line) == (38, 5, 388)
 
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
@@ -299,25 +302,26 @@ Times = namedtuple("Times", "user nice system idle iowait irq softirq steal gues
 def test_cpu_util_pct_from_times():
     a = Times(10, 0, 5, 80, 5, 0, 0, 0, 0, 0)
     b = Times(16, 0, 7, 82, 5, 0, 0, 0, 2, 0)  # guest is inside user: not counted twice
-    assert tm.cpu_util_pct(a, b) == pytest.approx(80.0)
-    assert tm.cpu_util_pct(a, a) is None
+    assert tm_cpu.cpu_util_pct(a, b) == pytest.approx(80.0)
+    assert tm_cpu.cpu_util_pct(a, a) is None
 
 
 def test_cpu_temp_prefers_cpu_sensors():
     T = namedtuple("T", "label current high critical")
     sensors = {"coretemp": [T("Package id 0", 71.0, 90, 100), T("Core 0", 65.0, 90, 100)],
                "nvme": [T("Composite", 80.0, 90, 100)], "acpitz": [T("", 30.0, None, None)]}
-    assert tm.cpu_temp_c(sensors) == 71.0
-    assert tm.cpu_temp_c({"k10temp": [T("Tctl", 55.5, None, None)]}) == 55.5
-    assert tm.cpu_temp_c({"nvme": [T("Composite", 40.0, None, None)]}) is None
-    assert tm.cpu_temp_c({}) is None
+    assert tm_cpu.cpu_temp_c(sensors) == 71.0
+    assert tm_cpu.cpu_temp_c({"k10temp": [T("Tctl", 55.5, None, None)]}) == 55.5
+    assert tm_cpu.cpu_temp_c({"nvme": [T("Composite", 40.0, None, None)]}) is None
+    assert tm_cpu.cpu_temp_c({}) is None
 
 
 def test_csv_round_trip_and_atomic_write(no_nvml, tmp_path):
     tel = sample(0.2)
     back = pd.read_csv(io.StringIO(tel.to_csv_text()))
     assert list(back.columns) == list(tel.frame.columns) and len(back) == len(tel.frame)
-    path = tm.write_telemetry_csv(tel, tmp_path / "t" / "telemetry.csv")
+    path = tmp_path / "t" / "telemetry.csv"
+    atomic_write_text(path, tel.to_csv_text())  # how benchlib.run.record writes it
     assert path.read_text() == tel.to_csv_text()
     assert not [p for p in os.listdir(path.parent) if p.endswith(".tmp")]
 

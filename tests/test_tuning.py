@@ -13,11 +13,13 @@ import torch
 import yaml
 from optuna.trial import TrialState
 
-from benchlib import tuning
-from benchlib.config import RunConfig, RunSettings
-from benchlib.errors import ConfigError
-from benchlib.train import EvalResult, NonFiniteLossError
-from benchlib.variants import parse_variant
+from benchlib.engine.train import EvalResult
+from benchlib.errors import ConfigError, NonFiniteLossError
+from benchlib.report import tuning as tuning_report
+from benchlib.run import tune as tuning
+from benchlib.spec import tune as tuning_spec
+from benchlib.spec.settings import RunConfig, RunSettings
+from benchlib.spec.variants import parse_variant
 
 SPACE_RAW = {"batch_size": [8, 16], "lr": {"low": 1e-3, "high": 1e-1}}
 
@@ -37,8 +39,8 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def space() -> tuning.SearchSpace:
-    return tuning.parse_search_space(SPACE_RAW, "test")
+def space() -> tuning_spec.SearchSpace:
+    return tuning_spec.parse_search_space(SPACE_RAW, "test")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def test_study_persists_to_sqlite_and_a_second_run_continues_it(accuracy_study):
     assert (first.n_trials_total, second.n_trials_total) == (3, 6)
     study = _load(results, first.study_name)
     assert [t.number for t in study.trials] == list(range(6))
-    assert tuning.list_studies(results) == [first.study_name]
+    assert tuning_report.list_studies(results) == [first.study_name]
     assert second.n_complete + second.n_pruned + second.n_failed == 6
     # the continued study does not replay the first run's suggestions
     params = [tuple(sorted(t.params.items())) for t in study.trials]
@@ -87,7 +89,7 @@ def test_median_pruner_prunes_a_trial_below_the_completed_ones():
 def test_tune_pair_prunes_a_trial_whose_accuracy_collapses(tmp_path, space, monkeypatch):
     calls = []
 
-    def fake_evaluate(model, loader, device):
+    def fake_evaluate(model, loader, device, knobs=None):
         calls.append(1)
         return EvalResult(0.9 if len(calls) <= 4 else 0.0, 0.01, 32)  # trials 0 and 1: 2 epochs each at 0.9
 
@@ -100,14 +102,16 @@ def test_tune_pair_prunes_a_trial_whose_accuracy_collapses(tmp_path, space, monk
 
 
 def test_without_pruning_a_collapsing_trial_completes(tmp_path, space, monkeypatch):
-    monkeypatch.setattr(tuning, "evaluate", lambda model, loader, device: EvalResult(0.0, 0.01, 32))
+    monkeypatch.setattr(tuning, "evaluate", lambda model, loader, device, knobs=None: EvalResult(0.0, 0.01, 32))
     out = tuning.tune_pair(tiny_base(), space, n_trials=3, objective="accuracy", results_dir=tmp_path,
                            pruning=False, epochs_per_trial=1)
     assert (out.n_complete, out.n_pruned) == (3, 0)
 
 
 def test_a_trial_with_non_finite_loss_fails_and_the_study_goes_on(tmp_path, space, monkeypatch):
-    real_check = tuning._check_step
+    from benchlib.engine import train as engine_train
+
+    real_check = engine_train.check_step
     steps = []
 
     def check(loss, step, limit):
@@ -116,7 +120,7 @@ def test_a_trial_with_non_finite_loss_fails_and_the_study_goes_on(tmp_path, spac
             raise NonFiniteLossError(f"non-finite training loss (nan) at step {step}")
         real_check(loss, step, limit)
 
-    monkeypatch.setattr(tuning, "_check_step", check)
+    monkeypatch.setattr(engine_train, "check_step", check)
     out = tuning.tune_pair(tiny_base(), space, n_trials=2, objective="accuracy", results_dir=tmp_path,
                            epochs_per_trial=1)
     trials = _load(tmp_path, out.study_name).trials
@@ -142,7 +146,7 @@ def test_exported_params_hold_the_searched_settings_within_the_space(accuracy_st
     assert {k: exported[k] for k in best.params} == best.params
     # the run-setting keys are ones a tuned variant accepts
     variant = parse_variant({"name": "x", **{k: v for k, v in exported.items() if k != "source"}}, "test")
-    assert variant.settings_overrides == {"batch_size": exported["batch_size"], "lr": exported["lr"]}
+    assert variant.overrides == {"batch_size": exported["batch_size"], "lr": exported["lr"]}
 
 
 def test_both_objectives_give_a_pareto_front_and_export_its_most_accurate_trial(tmp_path, space):
@@ -157,7 +161,7 @@ def test_both_objectives_give_a_pareto_front_and_export_its_most_accurate_trial(
     top = max(out.best, key=lambda b: b["values"][0])
     assert exported["source"]["trial_number"] == out.best[0]["number"]
     assert exported["source"]["values"][0] == top["values"][0]
-    figures = tuning.tuning_figures(tmp_path, out.study_name, tmp_path / "figures")
+    figures = tuning_report.tuning_figures(tmp_path, out.study_name, tmp_path / "figures")
     assert tmp_path / "figures" / f"tune__{out.study_name}__pareto.png" in figures
 
 
@@ -169,7 +173,7 @@ def test_a_study_keeps_its_objective(accuracy_study, space):
 
 def test_study_frame_lists_every_trial(accuracy_study):
     results, first, _ = accuracy_study
-    df = tuning.study_frame(results, first.study_name)
+    df = tuning_report.study_frame(results, first.study_name)
     assert list(df["number"]) == list(range(6))
     assert set(df["state"]) <= {"COMPLETE", "PRUNED", "FAIL"}
     complete = df[df["state"] == "COMPLETE"]
@@ -181,25 +185,25 @@ def test_study_frame_lists_every_trial(accuracy_study):
 def test_search_space_parses_yaml_and_refuses_bad_keys():
     raw = yaml.safe_load("batch_size: [16, 32, 64]\nlr: {low: 1e-4, high: 1e-1}\noptimizer: [sgd, adam]\n"
                          "weight_decay: {low: 1e-6, high: 1e-3}\nmomentum: {low: 0.8, high: 0.99}\n")
-    space = tuning.parse_search_space(raw, "p.yaml")
-    assert space == tuning.SearchSpace((16, 32, 64), (1e-4, 0.1), ("sgd", "adam"), (1e-6, 1e-3), (0.8, 0.99))
+    space = tuning_spec.parse_search_space(raw, "p.yaml")
+    assert space == tuning_spec.SearchSpace((16, 32, 64), (1e-4, 0.1), ("sgd", "adam"), (1e-6, 1e-3), (0.8, 0.99))
     with pytest.raises(ConfigError, match=r"p.yaml: unknown key 'search_space.learning_rate'.*allowed keys"):
-        tuning.parse_search_space({"learning_rate": {"low": 0.1, "high": 0.2}}, "p.yaml")
+        tuning_spec.parse_search_space({"learning_rate": {"low": 0.1, "high": 0.2}}, "p.yaml")
     with pytest.raises(ConfigError, match=r"key 'search_space.lr' .*allowed: \{low: A, high: B\}"):
-        tuning.parse_search_space({"lr": {"low": 0.1, "high": 0.01}}, "p.yaml")
+        tuning_spec.parse_search_space({"lr": {"low": 0.1, "high": 0.01}}, "p.yaml")
     with pytest.raises(ConfigError, match=r"key 'search_space.weight_decay'"):
-        tuning.parse_search_space({"weight_decay": {"low": 0.0, "high": 0.01}}, "p.yaml")
+        tuning_spec.parse_search_space({"weight_decay": {"low": 0.0, "high": 0.01}}, "p.yaml")
     with pytest.raises(ConfigError, match=r"key 'search_space.optimizer' has 'rmsprop'"):
-        tuning.parse_search_space({"optimizer": ["sgd", "rmsprop"]}, "p.yaml")
+        tuning_spec.parse_search_space({"optimizer": ["sgd", "rmsprop"]}, "p.yaml")
     with pytest.raises(ConfigError, match=r"search_space.batch_size' has 4096, larger than the 64"):
-        tuning.tune_pair(tiny_base(), tuning.SearchSpace(batch_size=(8, 4096)), n_trials=1, objective="accuracy",
+        tuning.tune_pair(tiny_base(), tuning_spec.SearchSpace(batch_size=(8, 4096)), n_trials=1, objective="accuracy",
                          results_dir=".")
 
 
 def test_figures_from_a_small_study(accuracy_study, tmp_path):
     results, first, _ = accuracy_study
     reasons: list[str] = []
-    figures = tuning.tuning_figures(results, first.study_name, tmp_path, progress=reasons.append)
+    figures = tuning_report.tuning_figures(results, first.study_name, tmp_path, progress=reasons.append)
     history = tmp_path / f"tune__{first.study_name}__history.png"
     assert figures[0] == history
     assert history.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

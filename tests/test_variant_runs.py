@@ -1,17 +1,17 @@
 """Variants in real configurations: skipped combinations, quantized rows on the same weights, comparisons."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 
 from benchlib.cli import main
-from benchlib.config import RunConfig, RunSettings, load_study
-from benchlib.report import variant_speedups
-from benchlib.results import read_results
-from benchlib.runner import record
-from benchlib.variants import PRESETS, apply_variant
+from benchlib.report.tables import variant_speedups
+from benchlib.run.preflight import load_study
+from benchlib.run.record import record
+from benchlib.spec.settings import RunConfig, RunSettings
+from benchlib.spec.variants import PRESETS, apply_variant
+from benchlib.store.rows import read_results
 
 TINY = dict(dataset="digits", image_size=32, train_subset=128, test_subset=64, epochs=1, warmup_steps=1,
             latency_repeats=3, infer_warmup_batches=1, lr=0.05)
@@ -62,8 +62,8 @@ def test_compare_params_expand_variants():
     ids = [c.run_id for c in cfg.configs("cpu", "resnet18")]
     assert len(ids) == 4 and len(set(ids)) == 4
     names = {c.settings.variant: c.settings for c in cfg.configs("cpu", "resnet18")}
-    assert names["cpu-quantized"].quantization == "static_int8"
-    assert names["cpu-bf16"].precision == "amp_bf16"
+    assert names["cpu-quantized"].knobs.quantization == "static_int8"
+    assert names["cpu-bf16"].knobs.precision == "amp_bf16"
     assert {s.seed for s in names.values()} == {0}, "same seed for every variant"
 
 
@@ -98,8 +98,8 @@ def test_run_variant_flag(capsys, tmp_path):
 
 
 def test_run_pair_expands_variants_like_the_study(tmp_path):
-    from benchlib.runner import run_pair
-    from benchlib.variants import variant_spec
+    from benchlib.run.record import run_pair
+    from benchlib.spec.variants import variant_spec
 
     specs = [variant_spec(PRESETS["cpu-default"]), "gpu-amp"]
     out = run_pair("v", "cpu", "squeezenet1_1", [8], RunSettings(**{**TINY, "train_subset": 64, "train_steps": 1}),
@@ -110,28 +110,27 @@ def test_run_pair_expands_variants_like_the_study(tmp_path):
 # ---------------------------------------------------------------- one training per training variant
 
 def _pair_settings(**kw):
-    return RunSettings(**{**TINY, "train_subset": 64, "test_subset": 48, **kw})
+    return RunSettings.of(**{**TINY, "train_subset": 64, "test_subset": 48, **kw})
 
 
 def test_training_key_ignores_only_inference_settings():
-    from benchlib.shared_weights import training_key
-
     def key(**kw):
-        return training_key(RunConfig("v", "cpu", "resnet18", 8, dataclasses.replace(_pair_settings(), **kw)))
+        return RunConfig("v", "cpu", "resnet18", 8, _pair_settings().updated(**kw)).training_key
     base = key()
     assert key(quantization="static_int8", variant="cpu-quantized", latency_repeats=9) == base
     assert key(lr=0.01) != base and key(seed=1) != base and key(precision="amp_bf16") != base
-    assert training_key(RunConfig("v", "cpu", "resnet18", 16, _pair_settings())) != base
+    assert RunConfig("v", "cpu", "resnet18", 16, _pair_settings()).training_key != base
 
 
 def test_quantized_variants_evaluate_the_weights_their_baseline_trained(tmp_path, monkeypatch):
-    from benchlib import runner
-    from benchlib.results import read_samples
-    from benchlib.variants import variant_spec
+    from benchlib.run import measure as measuring
+    from benchlib.run import record as runner
+    from benchlib.spec.variants import variant_spec
+    from benchlib.store.rows import read_samples
 
     calls = []
-    real_train = runner.train
-    monkeypatch.setattr(runner, "train", lambda *a, **k: calls.append(1) or real_train(*a, **k))
+    real_train = measuring.train
+    monkeypatch.setattr(measuring, "train", lambda *a, **k: calls.append(1) or real_train(*a, **k))
     specs = [variant_spec(PRESETS["cpu-quantized"]), {"name": "cpu-dynamic", "quantization": "dynamic"},
              variant_spec(PRESETS["cpu-default"])]
     out = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path, variants=specs)
@@ -148,8 +147,9 @@ def test_quantized_variants_evaluate_the_weights_their_baseline_trained(tmp_path
 
 
 def test_a_resumed_pair_reuses_saved_weights_and_ignores_foreign_ones(tmp_path, monkeypatch):
-    from benchlib import runner
-    from benchlib.variants import variant_spec
+    from benchlib.run import measure as measuring
+    from benchlib.run import record as runner
+    from benchlib.spec.variants import variant_spec
 
     specs = [variant_spec(PRESETS["cpu-default"]), variant_spec(PRESETS["cpu-quantized"])]
     first = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path, variants=specs[:1])
@@ -159,8 +159,8 @@ def test_a_resumed_pair_reuses_saved_weights_and_ignores_foreign_ones(tmp_path, 
     for row in (tmp_path / "b" / "rows").glob("*quantized*"):
         row.unlink()  # as if the study was killed before the quantized row
     calls = []
-    real_train = runner.train
-    monkeypatch.setattr(runner, "train", lambda *a, **k: calls.append(1) or real_train(*a, **k))
+    real_train = measuring.train
+    monkeypatch.setattr(measuring, "train", lambda *a, **k: calls.append(1) or real_train(*a, **k))
     again = runner.run_pair("v", "cpu", "squeezenet1_1", [8], _pair_settings(), tmp_path / "b", variants=specs)
     assert calls == [] and again[1]["weights_trained_by"] == first[0]["run_id"]
     saved.write_bytes(b"not a checkpoint")

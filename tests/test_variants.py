@@ -7,22 +7,25 @@ import pytest
 import torch
 from torch import nn
 
-from benchlib.errors import ConfigError
-from benchlib.variants import (
-    COMPILE_MODES,
-    MEMORY_FORMATS,
-    PRECISIONS,
-    PRESETS,
-    Variant,
+from benchlib.engine.knobs import (
     apply_memory_format,
     backend_flags,
     compile_model,
     compile_seconds,
     make_grad_scaler,
-    parse_variant,
     precision_context,
     unsupported_reason,
 )
+from benchlib.engine.step import in_memory_format
+from benchlib.errors import ConfigError
+from benchlib.spec.knobs import Knobs
+from benchlib.spec.variants import PRESETS, Variant, parse_variant
+from benchlib.spec.vocab import COMPILE_MODES, MEMORY_FORMATS, PRECISIONS
+
+
+def K(name: str) -> Knobs:
+    """The knobs of a preset."""
+    return PRESETS[name].knobs
 
 CPU = torch.device("cpu")
 
@@ -44,7 +47,7 @@ def _write_tuned(tmp_path, preset: str, text: str):
 def test_every_preset_parses(name):
     v = parse_variant(name, "p.yaml")
     assert v.name == name and v == PRESETS[name]
-    assert v.precision in PRECISIONS and v.memory_format in MEMORY_FORMATS and v.compile in COMPILE_MODES
+    assert v.knobs.precision in PRECISIONS and v.knobs.memory_format in MEMORY_FORMATS and v.knobs.compile in COMPILE_MODES
 
 
 @pytest.mark.parametrize("name", ["cpu-tuned", "gpu-tuned"])
@@ -54,11 +57,11 @@ def test_tuned_presets_parse_from_their_exported_file(tmp_path, name):
 
 
 def test_presets_cover_the_issue():
-    assert PRESETS["cpu-quantized"].quantization == "static_int8"
-    assert PRESETS["gpu-amp"].precision == "amp_fp16" and PRESETS["gpu-amp"].cudnn_benchmark
-    assert PRESETS["gpu-bf16"].precision == "amp_bf16"
-    assert PRESETS["gpu-channels-last"].memory_format == "channels_last"
-    assert PRESETS["cpu-compiled"].compile == PRESETS["gpu-compiled"].compile == "default"
+    assert K("cpu-quantized").quantization == "static_int8"
+    assert K("gpu-amp").precision == "amp_fp16" and K("gpu-amp").cudnn_benchmark
+    assert K("gpu-bf16").precision == "amp_bf16"
+    assert K("gpu-channels-last").memory_format == "channels_last"
+    assert K("cpu-compiled").compile == K("gpu-compiled").compile == "default"
 
 
 def test_unknown_preset_names_the_key_and_lists_the_presets():
@@ -100,8 +103,8 @@ def test_bad_knob_values_are_refused_with_the_allowed_values(spec, key, allowed)
 def test_a_mapping_spec_builds_a_variant():
     v = parse_variant({"name": "cl-bf16", "precision": "amp_bf16", "memory_format": "channels_last",
                        "threads": 2, "lr": 0.05}, "p.yaml")
-    assert v == Variant("cl-bf16", precision="amp_bf16", memory_format="channels_last", threads=2)
-    assert v.settings_overrides == {"lr": 0.05}
+    assert v == Variant("cl-bf16", Knobs(precision="amp_bf16", memory_format="channels_last", threads=2))
+    assert v.overrides == {"lr": 0.05}
     assert v.trains
 
 
@@ -121,8 +124,8 @@ def test_tuned_file_loads_knobs_and_run_setting_overrides(tmp_path):
     _write_tuned(tmp_path, "cpu-tuned", "precision: amp_bf16\nmemory_format: channels_last\nthreads: 2\n"
                                        "batch_size: 128\nlr: 0.02\noptimizer: adam\nweight_decay: 0.0001\n")
     v = parse_variant("cpu-tuned", "p.yaml", tuned_params_dir=tmp_path)
-    assert (v.name, v.precision, v.memory_format, v.threads) == ("cpu-tuned", "amp_bf16", "channels_last", 2)
-    assert v.settings_overrides == {"batch_size": 128, "lr": 0.02, "optimizer": "adam", "weight_decay": 0.0001}
+    assert (v.name, v.knobs.precision, v.knobs.memory_format, v.knobs.threads) == ("cpu-tuned", "amp_bf16", "channels_last", 2)
+    assert v.overrides == {"batch_size": 128, "lr": 0.02, "optimizer": "adam", "weight_decay": 0.0001}
 
 
 def test_tuned_file_with_an_unknown_key_is_refused(tmp_path):
@@ -135,40 +138,40 @@ def test_tuned_file_with_an_unknown_key_is_refused(tmp_path):
 
 
 def test_fp16_training_on_cpu_is_refused_with_the_bf16_hint():
-    reason = unsupported_reason(PRESETS["gpu-amp"], "cpu", training=True)
+    reason = unsupported_reason(K("gpu-amp"), "cpu", training=True)
     assert reason == "fp16 autocast training is not supported on CPU; use amp_bf16"
 
 
 def test_quantization_on_cuda_is_refused():
     for device_type in ("cuda", "cuda:1", "mps"):
-        assert unsupported_reason(PRESETS["cpu-quantized"], device_type, training=False) == \
+        assert unsupported_reason(K("cpu-quantized"), device_type, training=False) == \
             "quantized inference runs on CPU only"
 
 
 def test_quantized_training_is_refused():
-    assert "inference-only" in unsupported_reason(PRESETS["cpu-quantized"], "cpu", training=True)
+    assert "inference-only" in unsupported_reason(K("cpu-quantized"), "cpu", training=True)
 
 
 def test_tf32_on_cpu_is_refused():
-    assert "tf32 is a CUDA knob" in unsupported_reason(Variant("t", tf32=True), "cpu", training=True)
-    assert unsupported_reason(Variant("t", tf32=True), "cuda", training=True) is None
+    assert "tf32 is a CUDA knob" in unsupported_reason(Knobs(tf32=True), "cpu", training=True)
+    assert unsupported_reason(Knobs(tf32=True), "cuda", training=True) is None
 
 
 def test_cpu_default_and_quantized_inference_run_on_cpu():
-    assert unsupported_reason(PRESETS["cpu-default"], "cpu", training=True) is None
-    assert unsupported_reason(PRESETS["cpu-default"], "cpu", training=False) is None
-    assert unsupported_reason(PRESETS["cpu-quantized"], "cpu", training=False) is None
+    assert unsupported_reason(K("cpu-default"), "cpu", training=True) is None
+    assert unsupported_reason(K("cpu-default"), "cpu", training=False) is None
+    assert unsupported_reason(K("cpu-quantized"), "cpu", training=False) is None
 
 
 def test_compile_on_mps_is_refused_and_channels_last_runs_everywhere():
-    assert "MPS" in unsupported_reason(PRESETS["gpu-compiled"], "mps", training=True)
+    assert "MPS" in unsupported_reason(K("gpu-compiled"), "mps", training=True)
     for device_type in ("cpu", "cuda", "mps"):
-        assert unsupported_reason(PRESETS["gpu-channels-last"], device_type, training=True) is None
+        assert unsupported_reason(K("gpu-channels-last"), device_type, training=True) is None
 
 
 def test_compile_on_cpu_without_a_cxx_compiler_is_refused(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-for-benchlib")
-    assert "C++ compiler" in unsupported_reason(PRESETS["cpu-compiled"], "cpu", training=True)
+    assert "C++ compiler" in unsupported_reason(K("cpu-compiled"), "cpu", training=True)
 
 
 # ---------------------------------------------------------------- applying the knobs
@@ -176,24 +179,24 @@ def test_compile_on_cpu_without_a_cxx_compiler_is_refused(monkeypatch):
 
 def test_bf16_autocast_makes_a_conv_output_bfloat16():
     conv, x = nn.Conv2d(3, 4, 3), torch.randn(2, 3, 8, 8)
-    with precision_context(PRESETS["gpu-bf16"], CPU):
+    with precision_context(K("gpu-bf16"), CPU):
         assert conv(x).dtype == torch.bfloat16
-    with precision_context(PRESETS["cpu-default"], CPU):
+    with precision_context(K("cpu-default"), CPU):
         assert conv(x).dtype == torch.float32
 
 
 def test_grad_scaler_only_for_fp16_on_cuda():
-    assert make_grad_scaler(PRESETS["gpu-amp"], CPU) is None
-    assert make_grad_scaler(PRESETS["gpu-bf16"], torch.device("cuda")) is None
-    assert make_grad_scaler(PRESETS["gpu-default"], torch.device("cuda")) is None
+    assert make_grad_scaler(K("gpu-amp"), CPU) is None
+    assert make_grad_scaler(K("gpu-bf16"), torch.device("cuda")) is None
+    assert make_grad_scaler(K("gpu-default"), torch.device("cuda")) is None
 
 
 def test_backend_flags_set_then_restore():
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    with backend_flags(Variant("t", tf32=True, cudnn_benchmark=True)):
+    with backend_flags(Knobs(tf32=True, cudnn_benchmark=True)):
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         assert torch.backends.cudnn.benchmark
-    with backend_flags(Variant("strict")):
+    with backend_flags(Knobs()):
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
             torch.backends.cudnn.benchmark) == before
@@ -202,25 +205,25 @@ def test_backend_flags_set_then_restore():
 def test_backend_flags_restore_after_an_error():
     before = torch.backends.cudnn.benchmark
     with pytest.raises(RuntimeError):
-        with backend_flags(Variant("t", cudnn_benchmark=not before)):
+        with backend_flags(Knobs(cudnn_benchmark=not before)):
             raise RuntimeError("boom")
     assert torch.backends.cudnn.benchmark == before
 
 
 def test_channels_last_moves_weights_and_input():
     model, x = _tiny_net(), torch.randn(2, 3, 8, 8)
-    model2, x2 = apply_memory_format(model, x, PRESETS["gpu-channels-last"])
+    model2, x2 = apply_memory_format(model, K("gpu-channels-last")), in_memory_format(x, K("gpu-channels-last"))
     assert model2[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert not model2[0].weight.is_contiguous()
     assert x2.is_contiguous(memory_format=torch.channels_last) and not x2.is_contiguous()
     assert torch.allclose(model2.eval()(x2), model2(x), atol=1e-6)
-    same_model, same_x = apply_memory_format(_tiny_net(), x, PRESETS["cpu-default"])
+    same_model, same_x = apply_memory_format(_tiny_net(), K("cpu-default")), in_memory_format(x, K("cpu-default"))
     assert same_x is x and same_model[0].weight.is_contiguous()
 
 
 def test_compile_off_returns_the_same_model():
     model = _tiny_net()
-    assert compile_model(model, PRESETS["cpu-default"]) == (model, 0.0)
+    assert compile_model(model, K("cpu-default")) == (model, 0.0)
 
 
 def test_compile_seconds_counts_only_time_beyond_a_steady_step():
@@ -228,12 +231,12 @@ def test_compile_seconds_counts_only_time_beyond_a_steady_step():
     assert compile_seconds([], 0.1) == 0.0
 
 
-@pytest.mark.skipif(unsupported_reason(PRESETS["cpu-compiled"], "cpu", training=False) is not None,
+@pytest.mark.skipif(unsupported_reason(K("cpu-compiled"), "cpu", training=False) is not None,
                     reason="no C++ compiler for inductor")
 def test_compiled_model_matches_eager_on_cpu():
     torch.manual_seed(0)
     model, x = _tiny_net().eval(), torch.randn(2, 3, 8, 8)
-    compiled, wrap_s = compile_model(model, PRESETS["cpu-compiled"])
+    compiled, wrap_s = compile_model(model, K("cpu-compiled"))
     assert compiled is not model and 0.0 <= wrap_s < 5.0
     with torch.no_grad():
         assert torch.allclose(compiled(x), model(x), atol=1e-4)
@@ -242,12 +245,12 @@ def test_compiled_model_matches_eager_on_cpu():
 # ---------------------------------------------------------------- CUDA (skipped without a GPU)
 
 
-def _cuda_train_losses(v: Variant, steps: int = 4) -> list[float]:
+def _cuda_train_losses(v: Knobs, steps: int = 4) -> list[float]:
     device = torch.device("cuda")
     torch.manual_seed(0)
     model = _tiny_net().to(device)
     x, y = torch.randn(16, 3, 16, 16, device=device), torch.randint(0, 4, (16,), device=device)
-    model, x = apply_memory_format(model, x, v)
+    model, x = apply_memory_format(model, v), in_memory_format(x, v)
     model, _ = compile_model(model, v)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = make_grad_scaler(v, device)
@@ -270,14 +273,14 @@ def _cuda_train_losses(v: Variant, steps: int = 4) -> list[float]:
 
 @pytest.mark.gpu
 def test_amp_fp16_training_with_grad_scaler_on_cuda():
-    v = PRESETS["gpu-amp"]
+    v = K("gpu-amp")
     assert isinstance(make_grad_scaler(v, torch.device("cuda")), torch.amp.GradScaler)
     assert all(math.isfinite(loss) for loss in _cuda_train_losses(v))
 
 
 @pytest.mark.gpu
 def test_bf16_autocast_on_cuda():
-    v = PRESETS["gpu-bf16"]
+    v = K("gpu-bf16")
     if unsupported_reason(v, "cuda", training=True):
         pytest.skip(unsupported_reason(v, "cuda", training=True))
     conv = nn.Conv2d(3, 4, 3).cuda()
@@ -288,12 +291,12 @@ def test_bf16_autocast_on_cuda():
 
 @pytest.mark.gpu
 def test_channels_last_training_on_cuda():
-    assert all(math.isfinite(loss) for loss in _cuda_train_losses(PRESETS["gpu-channels-last"]))
+    assert all(math.isfinite(loss) for loss in _cuda_train_losses(K("gpu-channels-last")))
 
 
 @pytest.mark.gpu
 def test_compile_on_cuda_matches_eager():
-    v = PRESETS["gpu-compiled"]
+    v = K("gpu-compiled")
     if unsupported_reason(v, "cuda", training=True):
         pytest.skip(unsupported_reason(v, "cuda", training=True))
     model, x = _tiny_net().cuda().eval(), torch.randn(2, 3, 8, 8, device="cuda")

@@ -1,0 +1,103 @@
+"""DataLoaders for a configuration: the real input pipeline, or synthetic batches already on the device.
+
+Synthetic batches measure the model alone; real loaders measure the system (MEASUREMENT.md keeps both).
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ..spec.settings import RunSettings
+from .datasets import load_dataset
+
+_SYNTHETIC_DISTINCT_BATCHES = 4
+
+
+def seed_worker(worker_id: int) -> None:
+    """DataLoader worker init: derive numpy/random seeds from torch's per-worker seed."""
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+class SyntheticBatches:
+    """Random images and labels generated once on the target device and cycled.
+
+    Re-iterable like a DataLoader; ``len`` is the number of batches per epoch.
+    """
+
+    def __init__(self, samples: int, batch_size: int, image_size: int, num_classes: int,
+                 device: torch.device, seed: int, shard: tuple[int, int] = (0, 1)):
+        rank, world = shard
+        global_batch = batch_size * world
+        gen = torch.Generator().manual_seed(seed)
+        distinct = min(_SYNTHETIC_DISTINCT_BATCHES, max(1, samples // global_batch))
+        part = slice(rank * batch_size, (rank + 1) * batch_size)  # each rank's share of the same global batch
+        self._batches = [
+            (torch.randn(global_batch, 3, image_size, image_size, generator=gen)[part].to(device),
+             torch.randint(0, num_classes, (global_batch,), generator=gen)[part].to(device))
+            for _ in range(distinct)
+        ]
+        self._len = max(1, samples // global_batch)
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i in range(self._len):
+            yield self._batches[i % len(self._batches)]
+
+
+@dataclass
+class Loaders:
+    train: DataLoader | SyntheticBatches
+    test: DataLoader | SyntheticBatches
+    num_classes: int
+    train_samples: int
+    test_samples: int
+    synthetic: bool
+
+
+def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: tuple[int, int] = (0, 1)) -> Loaders:
+    """Train and test loaders for the settings; training drops the last partial batch.
+
+    Dropping it keeps step times comparable and avoids BatchNorm's failure on a batch of one. With
+    ``shard=(rank, world_size)`` the training data is split across data-parallel ranks (``batch_size``
+    is then the per-rank batch); the test loader stays whole (rank 0 evaluates).
+    """
+    rank, world = shard
+    if s.dataset == "synthetic":
+        train = SyntheticBatches(s.synthetic_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed,
+                                 shard)
+        test_samples = max(batch_size, s.synthetic_samples // 4)
+        test = SyntheticBatches(test_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed + 1)
+        return Loaders(train, test, s.synthetic_classes, len(train) * batch_size, len(test) * batch_size, True)
+    splits = load_dataset(s.dataset, s.data_path, s.image_size, train_subset=s.train_subset,
+                          test_subset=s.test_subset, seed=s.seed, augment=s.augment)
+    common = dict(num_workers=s.num_workers, pin_memory=s.pin_memory and device.type == "cuda",
+                  persistent_workers=s.persistent_workers and s.num_workers > 0,
+                  worker_init_fn=seed_worker if s.num_workers > 0 else None)
+    if world > 1:
+        sampler = DistributedSampler(splits.train, num_replicas=world, rank=rank, shuffle=True, seed=s.seed, drop_last=True)
+        train = DataLoader(splits.train, batch_size=batch_size, sampler=sampler, drop_last=True, **common)
+    else:
+        train = DataLoader(splits.train, batch_size=batch_size, shuffle=True, drop_last=True,
+                           generator=torch.Generator().manual_seed(s.seed), **common)
+    test = DataLoader(splits.test, batch_size=batch_size, shuffle=False, drop_last=False, **common)
+    return Loaders(train, test, splits.num_classes, len(train) * batch_size, len(splits.test), False)
+
+
+def batches_per_epoch(loader: DataLoader | SyntheticBatches, max_train_batches: int | None) -> int:
+    n = len(loader)
+    return min(n, max_train_batches) if max_train_batches else n
+
+
+def epochs_for_steps(total_steps: int, per_epoch: int) -> int:
+    return max(1, math.ceil(total_steps / max(1, per_epoch)))

@@ -1,0 +1,145 @@
+"""What a variant's knobs do to a model on a device: autocast, loss scaling, backend flags, memory format, compile.
+
+The knobs themselves are data (:class:`benchlib.spec.knobs.Knobs`); this module applies them, and says in
+one line why a combination cannot run on a device (such a configuration is recorded as ``skipped``).
+
+Compile time is its own figure, never part of a step time. ``torch.compile`` is lazy: the work happens in
+the first call(s) of the compiled model, so :func:`compile_model` returns almost immediately and the
+caller derives ``compile_s`` from the warmup steps with :func:`compile_seconds`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from importlib.util import find_spec
+
+import torch
+from torch import nn
+
+from ..env.devices import bf16_supported
+from ..spec.knobs import Knobs
+
+_AUTOCAST_DTYPES = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+
+
+def _inductor_cxx() -> str:
+    """The C++ compiler inductor looks for on CPU: $CXX, else g++ (clang++ on macOS)."""
+    return os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+
+
+def _precision_reason(v: Knobs, device_type: str, training: bool) -> str | None:
+    if v.precision == "amp_fp16":
+        if device_type == "cpu" and training:
+            return "fp16 autocast training is not supported on CPU; use amp_bf16"
+        if device_type == "mps" and training:
+            return "fp16 autocast training on MPS is not measured (benchlib's GradScaler runs on CUDA only); use fp32"
+    if v.precision == "amp_bf16":
+        if device_type == "cpu" and not bf16_supported("cpu"):
+            return "this CPU has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32"
+        if device_type == "cuda" and not bf16_supported("cuda"):
+            return "this GPU has no native bf16 (needs compute capability 8.0+); use amp_fp16"
+        if device_type == "mps" and not bf16_supported("mps"):
+            return "bf16 on MPS needs macOS 14 or newer; use amp_fp16 or fp32"
+    return None
+
+
+def _compile_reason(v: Knobs, device_type: str) -> str | None:
+    if v.compile == "off":
+        return None
+    if device_type == "mps":
+        return "torch.compile is not run on MPS by benchlib (inductor's Metal backend is a prototype); use compile: off"
+    if device_type == "cpu" and shutil.which(_inductor_cxx()) is None:
+        return f"torch.compile on CPU needs the C++ compiler inductor uses ({_inductor_cxx()}, or $CXX): not found on PATH"
+    if device_type == "cuda" and find_spec("triton") is None:
+        return "torch.compile on CUDA needs triton: pip install triton (it ships with the CUDA wheels of torch)"
+    return None
+
+
+def unsupported_reason(v: Knobs, device_type: str, *, training: bool) -> str | None:
+    """None when the variant runs on ``device_type`` (cpu, cuda, cuda:N, mps); else one line saying why not."""
+    device_type = device_type.split(":")[0]
+    if v.quantization != "none":
+        if device_type != "cpu":
+            return "quantized inference runs on CPU only"
+        if training:
+            return "quantized variants are inference-only: they are evaluated on the weights of the matching training variant"
+        engines = torch.backends.quantized.supported_engines
+        if not {"x86", "fbgemm", "qnnpack"} & set(engines):
+            return f"this torch build has no quantized engine for CPU (supported: {', '.join(engines)})"
+    precision = _precision_reason(v, device_type, training)
+    if precision:
+        return precision
+    if v.tf32 and device_type != "cuda":
+        return f"tf32 is a CUDA knob: it would be ignored on {device_type}"
+    if v.cudnn_benchmark and device_type != "cuda":
+        return f"cudnn_benchmark is a CUDA knob: it would be ignored on {device_type}"
+    return _compile_reason(v, device_type)
+
+
+# ---------------------------------------------------------------- applying the knobs
+
+
+@contextmanager
+def precision_context(v: Knobs, device: torch.device) -> Iterator[None]:
+    """Autocast to fp16/bf16 for ``amp_*`` (forward and loss only; backward runs outside), nothing for fp32."""
+    dtype = _AUTOCAST_DTYPES.get(v.precision)
+    ctx = torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else nullcontext()
+    with ctx:
+        yield
+
+
+def make_grad_scaler(v: Knobs, device: torch.device) -> torch.amp.GradScaler | None:
+    """A loss scaler for fp16 training on CUDA (fp16 gradients underflow without one); bf16 needs none."""
+    if v.precision == "amp_fp16" and device.type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None
+
+
+@contextmanager
+def backend_flags(v: Knobs) -> Iterator[None]:
+    """Set TF32 (matmul and cuDNN) and cudnn.benchmark for the duration, then restore the previous values.
+
+    ``tf32=False`` turns TF32 off for cuDNN convolutions too (torch's default allows it there), so an
+    fp32 variant is strict fp32.
+    """
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    torch.backends.cuda.matmul.allow_tf32 = v.tf32
+    torch.backends.cudnn.allow_tf32 = v.tf32
+    torch.backends.cudnn.benchmark = v.cudnn_benchmark
+    try:
+        yield
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cudnn.benchmark) = saved
+
+
+def apply_memory_format(model: nn.Module, v: Knobs) -> nn.Module:
+    """Move 4-D weights (in place) to channels_last when the variant asks; inputs follow in the step."""
+    if v.memory_format != "channels_last":
+        return model
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+
+
+def compile_model(model: nn.Module, v: Knobs) -> tuple[nn.Module, float]:
+    """(``torch.compile(model, mode=...)`` or the same model, seconds spent here).
+
+    torch.compile is lazy: the seconds returned are only the wrapping (about 0). The compilation
+    happens in the first call(s) of the returned model, i.e. inside the warmup steps; derive
+    ``compile_s`` from them with :func:`compile_seconds` and keep warmup out of the step statistics.
+    A new input shape (a last partial batch, another batch size) compiles again: warm up each shape.
+    """
+    if v.compile == "off":
+        return model, 0.0
+    t0 = time.perf_counter()
+    compiled = torch.compile(model, mode=v.compile)
+    return compiled, time.perf_counter() - t0
+
+
+def compile_seconds(warmup_step_s: Sequence[float], steady_step_s: float) -> float:
+    """Compile time hidden in warmup steps: what each took beyond a steady step (median of timed steps)."""
+    return float(sum(max(0.0, t - steady_step_s) for t in warmup_step_s))
+

@@ -1,0 +1,95 @@
+"""The one training step: every number benchlib reports about training comes from here.
+
+Measuring, tuning and profiling all train through :func:`train_step` with the configuration's knobs
+applied (autocast, gradient scaler, channels_last inputs), so a tuned or profiled ``amp_bf16`` variant
+is the same computation as the measured one. Parts of the step run under ``region(name)`` labels so a
+profiler can name where the time went; outside the profiler the labels cost nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from ..spec.knobs import Knobs
+from ..spec.settings import RunSettings
+from .knobs import make_grad_scaler, precision_context
+
+Region = Callable[[str], AbstractContextManager[object]]
+
+
+def no_region(_name: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+def make_optimizer(model: nn.Module, s: RunSettings) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if s.optimizer == "adam":
+        return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
+    return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+
+
+@dataclass
+class Trainer:
+    """What one training step needs: the network that runs, its optimizer and loss, the knobs and scaler."""
+
+    net: nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    knobs: Knobs
+    scaler: torch.amp.GradScaler | None = None
+    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+
+    @classmethod
+    def of(cls, net: nn.Module, model: nn.Module, s: RunSettings, device: torch.device) -> Trainer:
+        """A trainer for ``net`` (the model, or its DDP/compiled wrapper) optimizing ``model``'s parameters."""
+        return cls(net, make_optimizer(model, s), device, s.knobs, make_grad_scaler(s.knobs, device))
+
+
+def in_memory_format(x: torch.Tensor, knobs: Knobs) -> torch.Tensor:
+    """An input batch in the variant's memory format (channels_last for 4-D inputs when asked)."""
+    if knobs.memory_format == "channels_last" and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def to_device(x: torch.Tensor, y: torch.Tensor, device: torch.device,
+              knobs: Knobs) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch on the device (asynchronous where the memory is pinned), in the variant's memory format."""
+    if x.device != device:
+        x = x.to(device, non_blocking=True)
+    if y.device != device:
+        y = y.to(device, non_blocking=True)
+    return in_memory_format(x, knobs), y
+
+
+class StepOutput(NamedTuple):
+    """What a step leaves on the device: its loss, the logits and the labels they are scored against."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+    target: torch.Tensor
+
+
+def train_step(t: Trainer, x: torch.Tensor, y: torch.Tensor, region: Region = no_region) -> StepOutput:
+    """One optimization step on a batch; what it returns stays on the device (no synchronize)."""
+    with region("h2d_copy"):
+        x, y = to_device(x, y, t.device, t.knobs)
+    with region("optimizer_step"):
+        t.optimizer.zero_grad(set_to_none=True)
+    with region("forward"), precision_context(t.knobs, t.device):
+        logits = t.net(x)
+        loss = t.criterion(logits, y)
+    with region("backward"):
+        (t.scaler.scale(loss) if t.scaler is not None else loss).backward()
+    with region("optimizer_step"):
+        if t.scaler is not None:  # fp16: the loss was scaled so small gradients do not underflow
+            t.scaler.step(t.optimizer)
+            t.scaler.update()
+        else:
+            t.optimizer.step()
+    return StepOutput(loss, logits, y)

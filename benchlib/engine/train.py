@@ -1,0 +1,176 @@
+"""Training and evaluation loops that measure themselves as benchlib's method asks.
+
+Warmup steps run and train but are left out of the statistics; step times come from
+:class:`~benchlib.instruments.timing.StepTimer` (no synchronize per step on GPUs); the time each step
+waited for its batch is kept apart; epoch time is a synchronized wall-clock region that includes the
+input pipeline. Every step is :func:`benchlib.engine.step.train_step`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+from torch import nn
+
+from ..errors import MemoryCeilingError, NonFiniteLossError
+from ..instruments.timing import RegionClock, StepTimer
+from ..spec.knobs import Knobs
+from ..spec.settings import RunSettings
+from .knobs import precision_context
+from .step import Trainer, to_device, train_step
+
+ProgressFn = Callable[[str], None]
+
+
+@dataclass
+class TrainResult:
+    """Raw samples of one training run (seconds), and what it reached."""
+
+    step_s: list[float] = field(default_factory=list)
+    warmup_step_s: list[float] = field(default_factory=list)
+    data_wait_s: list[float] = field(default_factory=list)
+    epoch_s: list[float] = field(default_factory=list)
+    total_steps: int = 0
+    timed_samples: int = 0
+    total_samples: int = 0
+    train_accuracy: float = math.nan
+    final_loss: float = math.nan
+    loss_per_step: list[float] = field(default_factory=list)
+    sync_per_step: bool = False
+
+    @property
+    def samples_per_s(self) -> float:
+        """Training throughput so far: samples over the summed timed step times (NaN while all were warmup)."""
+        total = sum(self.step_s)
+        return self.timed_samples / total if total > 0 else math.nan
+
+
+AfterEpoch = Callable[[int, TrainResult], None]
+
+
+def _global_losses(losses: list[torch.Tensor]) -> list[float]:
+    """Per-step losses of the whole (global) batch: averaged over data-parallel ranks, once per epoch."""
+    if not losses:
+        return []
+    stacked = torch.stack(losses).float()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(stacked)
+        stacked /= torch.distributed.get_world_size()
+    return [float(v) for v in stacked.cpu()]
+
+
+def check_step(loss: torch.Tensor, step: int, memory_limit_bytes: int | None) -> None:
+    """Per-step guards, run after the step's end was recorded so they never count in its time."""
+    if not bool(torch.isfinite(loss.detach())):
+        raise NonFiniteLossError(f"non-finite training loss ({float(loss.detach())}) at step {step}")
+    if memory_limit_bytes is not None:
+        rss = psutil.Process().memory_info().rss
+        if rss > memory_limit_bytes:
+            raise MemoryCeilingError(f"RSS {rss} bytes passed memory_limit_bytes {memory_limit_bytes} at step {step}")
+
+
+def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, *,
+          progress: ProgressFn | None = None, after_epoch: AfterEpoch | None = None) -> TrainResult:
+    """Train for ``s.epochs`` epochs (or ``s.train_steps`` timed steps) and time every step.
+
+    ``train_accuracy`` is the running top-1 accuracy over the last epoch's batches (augmented, as the
+    model saw them). ``after_epoch`` sees each epoch's figures so far (and may raise to stop, as
+    pruning does).
+    """
+    t.net.train()
+    result = TrainResult()
+    total = s.warmup_steps + s.train_steps if s.train_steps else s.epochs * batches_per_epoch
+    epochs = math.ceil(total / batches_per_epoch)
+    timer = StepTimer(t.device)
+    result.sync_per_step = timer.sync_per_step
+    step = 0
+    last_report = time.monotonic()
+    for epoch in range(epochs):
+        correct = torch.zeros((), dtype=torch.long, device=t.device)
+        seen = 0
+        loss_sum = torch.zeros((), device=t.device)
+        steps_this_epoch = min(batches_per_epoch, total - step)
+        batch_sizes: list[int] = []
+        losses: list[torch.Tensor] = []
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch, the same on every rank
+            sampler.set_epoch(epoch)
+        t.net.train()
+        with RegionClock(t.device) as clock:
+            batches = iter(loader)
+            for _ in range(steps_this_epoch):
+                t_wait = time.perf_counter()
+                x, y = next(batches)
+                wait = time.perf_counter() - t_wait
+                timer.start()
+                loss, logits, y = train_step(t, x, y)
+                timer.stop()
+                check_step(loss, step, s.memory_limit_bytes)
+                correct += (logits.detach().argmax(1) == y).sum()
+                loss_sum += loss.detach()
+                losses.append(loss.detach())
+                seen += int(y.shape[0])
+                result.total_samples += int(y.shape[0])
+                batch_sizes.append(int(y.shape[0]))
+                if step >= s.warmup_steps:
+                    result.data_wait_s.append(wait)
+                step += 1
+                if progress and time.monotonic() - last_report > 5:
+                    progress(f"epoch {epoch + 1}/{epochs} step {step}/{total}")
+                    last_report = time.monotonic()
+            del batches
+        times = timer.collect()
+        first = step - len(times)
+        for i, seconds in enumerate(times):
+            if first + i < s.warmup_steps:
+                result.warmup_step_s.append(seconds)
+            else:
+                result.step_s.append(seconds)
+                result.timed_samples += batch_sizes[i]
+        if steps_this_epoch == batches_per_epoch:
+            result.epoch_s.append(clock.seconds)
+        result.train_accuracy = float(correct.item()) / max(1, seen)
+        result.final_loss = float(loss_sum.item()) / max(1, steps_this_epoch)
+        result.loss_per_step += _global_losses(losses)
+        result.total_steps = step
+        if progress:
+            progress(f"epoch {epoch + 1}/{epochs} done in {clock.seconds:.2f} s, loss {result.final_loss:.4f}, "
+                     f"running accuracy {result.train_accuracy:.3f}")
+        if after_epoch is not None:
+            after_epoch(epoch, result)
+    return result
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    seconds: float
+    samples: int
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else math.nan
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, loader: Iterable, device: torch.device, knobs: Knobs | None = None) -> EvalResult:
+    """Top-1 accuracy over a whole loader; the pass is timed with its data pipeline (val throughput).
+
+    With knobs, inputs follow the variant's memory format and precision (autocast).
+    """
+    model.eval()
+    knobs = knobs or Knobs()
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    samples = 0
+    with RegionClock(device) as clock:
+        for x, y in loader:
+            x, y = to_device(x, y, device, knobs)
+            with precision_context(knobs, device):
+                logits = model(x)
+            correct += (logits.argmax(1) == y).sum()
+            samples += int(y.shape[0])
+    return EvalResult(float(correct.item()) / max(1, samples), clock.seconds, samples)

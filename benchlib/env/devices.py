@@ -1,0 +1,107 @@
+"""One code path for cpu, cuda, cuda:N and mps: resolving, checking and synchronizing devices."""
+from __future__ import annotations
+
+import platform
+
+import torch
+
+from ..errors import DeviceNotPresentError
+from ..spec.vocab import HARDWARE_CHOICES, cuda_index, is_valid_hardware_name
+
+
+def available_hardware() -> list[str]:
+    """Hardware names present on this machine, most capable first."""
+    names: list[str] = []
+    if torch.cuda.is_available():
+        names += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if mps_available():
+        names.append("mps")
+    names.append("cpu")
+    return names
+
+
+def mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def resolve_hardware(name: str) -> str:
+    """Turn a hardware name into a present one (``auto`` picks cuda, then mps, then cpu).
+
+    Raises DeviceNotPresentError naming what this machine has, so a study fails before any work.
+    """
+    if not is_valid_hardware_name(name):
+        raise DeviceNotPresentError(f"unknown hardware '{name}'; allowed: {HARDWARE_CHOICES}")
+    if name == "auto":
+        return available_hardware()[0]
+    if name == "cpu":
+        return name
+    if name == "mps":
+        if not mps_available():
+            raise DeviceNotPresentError(f"hardware 'mps' is not present on this machine; available: {', '.join(available_hardware())}")
+        return name
+    index = cuda_index(name)
+    assert index is not None
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        raise DeviceNotPresentError(
+            f"hardware '{name}' is not present on this machine; available: {', '.join(available_hardware())}"
+        )
+    return name
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued work on ``device``: call at timed-region boundaries only."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    """A human name for the device (GPU model, or the CPU model string)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return f"Apple MPS ({platform.machine()})"
+    return cpu_model_name()
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_bf16_supported() -> bool:
+    """oneDNN's own check for native bf16 kernels; True when torch cannot tell (run it rather than refuse)."""
+    check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else True
+    except RuntimeError:
+        return True
+
+
+def _cuda_bf16_supported() -> bool:
+    if not torch.cuda.is_available():
+        return True  # cannot check without the device: let the run decide
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # older torch without the keyword
+        return bool(torch.cuda.is_bf16_supported())
+
+
+def _mps_bf16_supported() -> bool:
+    if not mps_available():
+        return True
+    return bool(torch.backends.mps.is_macos_or_newer(14, 0))
+
+
+def bf16_supported(device_type: str) -> bool:
+    """Whether ``device_type`` (cpu, cuda, mps) runs bf16 natively; without it bf16 is slow emulation."""
+    return {"cpu": _cpu_bf16_supported, "cuda": _cuda_bf16_supported, "mps": _mps_bf16_supported}.get(
+        device_type, lambda: True)()

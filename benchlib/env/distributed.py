@@ -1,0 +1,83 @@
+"""Data-parallel training across processes launched by torchrun (DistributedDataParallel).
+
+NCCL on GPUs, gloo on CPU. The configured batch size is the GLOBAL batch: each of the ``world_size``
+ranks trains on ``batch_size / world_size`` samples per step; rank 0 measures, evaluates and writes the row.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_world_size() -> int:
+    """How many processes torchrun started for this run (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def launched_by_torchrun() -> bool:
+    return launched_world_size() > 1
+
+
+def init(device_type: str) -> DistInfo | None:
+    """Join the process group torchrun set up (None when not launched by torchrun)."""
+    if not launched_by_torchrun():
+        return None
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return DistInfo(dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size(), backend)
+
+
+def rank_device(hardware_device: torch.device, info: DistInfo | None) -> torch.device:
+    """Each rank drives its own GPU (cuda:LOCAL_RANK); CPU ranks share the CPU."""
+    if info is not None and hardware_device.type == "cuda":
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return hardware_device
+
+
+def per_rank_batch(global_batch: int, info: DistInfo | None) -> int:
+    if info is None:
+        return global_batch
+    if global_batch % info.world_size:
+        raise ConfigError(f"batch_size {global_batch} does not split over {info.world_size} processes; "
+                          f"allowed: multiples of {info.world_size}")
+    return global_batch // info.world_size
+
+
+def weights_in_sync(model: torch.nn.Module, info: DistInfo | None) -> bool | None:
+    """True when every rank holds the same weights after training (what DDP's all-reduce guarantees)."""
+    if info is None:
+        return None
+    checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+    checksum = checksum.to(next(model.parameters()).device)
+    gathered = [torch.zeros_like(checksum) for _ in range(info.world_size)]
+    dist.all_gather(gathered, checksum)
+    return bool(all(torch.allclose(g, gathered[0], rtol=1e-9, atol=1e-6) for g in gathered))
+
+
+def barrier(info: DistInfo | None) -> None:
+    if info is not None:
+        dist.barrier()
+
+
+def shutdown(info: DistInfo | None) -> None:
+    if info is not None and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,96 @@
+"""The environment manifest: every condition a result depends on, recorded once per machine."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+
+from .._version import __version__
+from .devices import available_hardware, cpu_model_name
+from .threads import usable_cpus
+
+
+def machine_name() -> str:
+    """Name of this machine in results: $BENCHLIB_MACHINE, else the host name."""
+    return os.environ.get("BENCHLIB_MACHINE") or socket.gethostname()
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _cuda_section() -> dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"cuda_available": False}
+    section: dict[str, Any] = {
+        "cuda_available": True,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version(),
+        "gpus": [
+            {"index": i, "name": torch.cuda.get_device_name(i),
+             "total_memory_bytes": torch.cuda.get_device_properties(i).total_memory,
+             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
+            for i in range(torch.cuda.device_count())
+        ],
+    }
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        section["driver_version"] = pynvml.nvmlSystemGetDriverVersion()
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # NVML missing or not permitted: record why, never fail
+        section["driver_version"] = None
+        section["driver_version_error"] = f"{type(exc).__name__}: {exc}"
+    return section
+
+
+def collect_manifest() -> dict[str, Any]:
+    """Everything MEASUREMENT.md asks to record about the environment."""
+    manifest: dict[str, Any] = {
+        "benchlib_version": __version__,
+        "git_commit": _git_commit(),
+        "machine": machine_name(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cpu_model": cpu_model_name(),
+        "cpu_count_logical": os.cpu_count(),
+        "cpus_usable": usable_cpus(),
+        "torch_num_threads": torch.get_num_threads(),
+        "torch_num_interop_threads": torch.get_num_interop_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "mkldnn_available": torch.backends.mkldnn.is_available(),
+        "hardware_available": available_hardware(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    manifest.update(_cuda_section())
+    return manifest
+
+
+def manifest_id(manifest: dict[str, Any]) -> str:
+    """Short content hash: rows point to their manifest file by it."""
+    blob = json.dumps(manifest, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

@@ -1,0 +1,106 @@
+"""NVIDIA's management library (NVML): one way to open it and pick the GPUs, for telemetry and energy alike.
+
+NVML names GPUs by its own index (PCI bus order); a source that cannot be read is recorded with a reason
+rather than raised, so a machine without NVML still measures everything else.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+try:  # nvidia-ml-py is a dependency, but a broken install must not break CPU measurements
+    import pynvml
+except ImportError:  # pragma: no cover - exercised only where the package is absent
+    pynvml = None
+
+
+def nvml_reason(exc: BaseException) -> str:
+    """A short reason naming the NVML error class (e.g. ``NVMLError_NotSupported: Not Supported``)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """NotSupported / NoPermission will not change during a run: stop asking (each call costs time)."""
+    if pynvml is None:
+        return True
+    permanent = tuple(getattr(pynvml, n) for n in ("NVMLError_NotSupported", "NVMLError_NoPermission",
+                                                    "NVMLError_FunctionNotFound") if hasattr(pynvml, n))
+    return isinstance(exc, permanent)
+
+
+def visible_nvml_indices(cuda_visible_devices: str | None, device_count: int) -> list[int] | None:
+    """NVML indices named by ``CUDA_VISIBLE_DEVICES`` when it is a plain list of integers, else None (all).
+
+    Like CUDA, the list ends at the first index that names no device (so "-1" hides every GPU).
+    NVML counts in PCI bus order, CUDA in its own order unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+    """
+    if cuda_visible_devices is None:
+        return None
+    items = [s.strip() for s in cuda_visible_devices.split(",") if s.strip()]
+    if not items:
+        return []
+    if not all(s.lstrip("-").isdigit() for s in items):
+        return None  # UUIDs or MIG names: do not guess the mapping
+    out: list[int] = []
+    for s in items:
+        i = int(s)
+        if i < 0 or i >= device_count:
+            break
+        if i not in out:
+            out.append(i)
+    return out
+
+
+class NvmlDevices:
+    """NVML initialized once and a handle per chosen GPU (by NVML index); ``missing`` says what is not there.
+
+    ``gpu_indices`` None: the GPUs ``CUDA_VISIBLE_DEVICES`` names (when plain integers), else all.
+    Call :meth:`close` (or use ``with``) to shut NVML down again.
+    """
+
+    def __init__(self, gpu_indices: Sequence[int] | None = None):
+        self.handles: dict[int, Any] = {}
+        self.missing: dict[str, str] = {}
+        self._initialized = False
+        if pynvml is None:
+            self.missing["gpu"] = "NVML unavailable: nvidia-ml-py (pynvml) is not installed"
+            return
+        try:
+            pynvml.nvmlInit()
+            self._initialized = True
+            count = int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError as exc:
+            self.missing["gpu"] = f"NVML unavailable: {nvml_reason(exc)}"
+            self.close()
+            return
+        for i in self._choose(gpu_indices, count):
+            try:
+                self.handles[i] = pynvml.nvmlDeviceGetHandleByIndex(i)
+            except pynvml.NVMLError as exc:
+                self.missing[f"gpu{i}"] = f"no handle: {nvml_reason(exc)}"
+        if not self.handles and "gpu" not in self.missing:
+            self.missing["gpu"] = "no visible GPU" if count else "NVML reports no GPU"
+
+    def _choose(self, gpu_indices: Sequence[int] | None, count: int) -> list[int]:
+        if gpu_indices is not None:
+            bad = [i for i in gpu_indices if not 0 <= i < count]
+            if bad:
+                self.missing["gpu_indices"] = f"NVML has {count} GPU(s); no GPU {bad}"
+            return [i for i in gpu_indices if 0 <= i < count]
+        visible = visible_nvml_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), count)
+        return list(range(count)) if visible is None else visible
+
+    def close(self) -> None:
+        if self._initialized:
+            self._initialized = False
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+    def __enter__(self) -> NvmlDevices:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,385 @@
+"""System telemetry sampled in a background thread while the work runs.
+
+One sample after a run is not utilization: a ``TelemetrySampler`` takes a sample at start, then every
+``interval_s`` (drift-corrected: tick k is due at start + k * interval), and one last at stop. Each
+sample holds CPU figures (system and per-core utilization, this process's CPU, RSS and threads: read
+from /proc on Linux, from psutil elsewhere; the number of processes and the CPU temperature from
+psutil) and, per visible NVIDIA GPU, NVML's utilization, memory, power, temperature, SM clock and
+energy counter.
+
+The sampler shares the GIL with the measured work, so it keeps its system calls few: every one hands
+the GIL over and back. Slowly changing sources (process count, temperature) are read about once a second.
+
+A source that cannot be read leaves its columns ``None`` and says why in ``Telemetry.missing``; the
+sampler never raises into the measured work. GPU columns are named by NVML index (``gpu{i}_...``).
+"""
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import psutil
+
+from .cpu import CpuSource, cpu_temp_c, open_cpu_source
+from .nvml import NvmlDevices, is_permanent, nvml_reason, pynvml
+
+DEFAULT_INTERVAL_S = 0.1
+SUMMARY_COLUMNS = (
+    "cpu_util_pct_mean", "cpu_util_pct_p95", "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95",
+    "gpu_mem_util_pct_mean", "gpu_mem_used_bytes_max", "gpu_power_w_mean", "gpu_temp_c_max", "gpu_sm_clock_mhz_mean",
+    "cpu_temp_c_max", "rss_bytes_max", "threads_max", "processes_max", "telemetry_samples", "telemetry_interval_s",
+    "telemetry_missing",
+)
+# Utilization is a rate over the window since the previous sample; /proc counts in 10 ms ticks, so the
+# first sample (no window) and a stop() sample just after a tick carry no utilization (None, not 0).
+MIN_WINDOW_FRACTION = 0.5
+# Counting processes lists /proc, and reading sensors opens many files: each entry read gives the GIL
+# away and back, which on a busy machine stalls the measured thread. Both change slowly, so they are
+# read about once a second (every SLOW_STRIDE x that when one call takes over SLOW_CALL_S), forward-filled.
+SLOW_SOURCE_PERIOD_S = 1.0
+SLOW_CALL_S = 0.005
+SLOW_STRIDE = 10
+_CORE_COLUMN = re.compile(r"cpu(\d+)_util_pct")
+_GPU_UTIL_COLUMN = re.compile(r"gpu(\d+)_util_pct")
+
+
+def _numeric(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
+    """All values of ``columns`` as one float series (NaN for missing)."""
+    cols = [c for c in columns if c in frame]
+    if not cols:
+        return pd.Series(dtype=float)
+    return pd.concat([pd.to_numeric(frame[c], errors="coerce") for c in cols], ignore_index=True).astype(float)
+
+
+def _stat(values: pd.Series, how: str) -> float | None:
+    """mean / max / p95 of the non-missing values as a Python float; None when nothing was measured."""
+    values = values.dropna()
+    if values.empty:
+        return None
+    if how == "mean":
+        return float(values.mean())
+    if how == "max":
+        return float(values.max())
+    return float(values.quantile(0.95))
+
+
+def _as_int(value: float | None) -> int | None:
+    return None if value is None else int(round(value))
+
+
+def gpu_indices_in(frame: pd.DataFrame) -> list[int]:
+    """The NVML indices that have columns in a telemetry frame."""
+    return sorted(int(m.group(1)) for m in map(_GPU_UTIL_COLUMN.fullmatch, frame.columns) if m)
+
+
+# ---------------------------------------------------------------- result
+
+@dataclass
+class Telemetry:
+    """Samples of one sampled region (tidy: one row per sample) and why any source is missing."""
+
+    frame: pd.DataFrame
+    missing: dict[str, str]
+    interval_s: float
+    start_monotonic_s: float = 0.0  # time.monotonic() at t_s == 0, to align other clocks (energy readings)
+    notes: dict[str, str] = field(default_factory=dict)  # how a source was sampled, where not every tick
+
+    def _rows(self, phase: str | None) -> pd.DataFrame:
+        if phase is None or "phase" not in self.frame:
+            return self.frame
+        return self.frame[self.frame["phase"] == phase]
+
+    def summary(self, phase: str | None = None) -> dict[str, Any]:
+        """One flat dict (``SUMMARY_COLUMNS``) for a results row; None, never 0, where nothing was measured.
+
+        GPU figures pool every visible GPU: utilization and clock are means over GPUs and samples, memory
+        and temperature the maximum of any GPU, power the mean over samples of the power summed over GPUs
+        (a sample lacking any GPU's power is left out rather than under-counted).
+        """
+        df = self._rows(phase)
+        gpus = gpu_indices_in(self.frame)
+        gpu = lambda metric: [f"gpu{i}_{metric}" for i in gpus]  # noqa: E731
+        power_cols = [c for c in gpu("power_w") if c in df]
+        if power_cols and not df.empty:
+            power = df[power_cols].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=len(power_cols))
+        else:
+            power = pd.Series(dtype=float)
+        reasons = "; ".join(f"{k}: {v}" for k, v in self.missing.items())
+        return {
+            "cpu_util_pct_mean": _stat(_numeric(df, ["cpu_util_pct"]), "mean"),
+            "cpu_util_pct_p95": _stat(_numeric(df, ["cpu_util_pct"]), "p95"),
+            "proc_cpu_util_pct_mean": _stat(_numeric(df, ["proc_cpu_util_pct"]), "mean"),
+            "gpu_util_pct_mean": _stat(_numeric(df, gpu("util_pct")), "mean"),
+            "gpu_util_pct_p95": _stat(_numeric(df, gpu("util_pct")), "p95"),
+            "gpu_mem_util_pct_mean": _stat(_numeric(df, gpu("mem_util_pct")), "mean"),
+            "gpu_mem_used_bytes_max": _as_int(_stat(_numeric(df, gpu("mem_used_bytes")), "max")),
+            "gpu_power_w_mean": _stat(power, "mean"),
+            "gpu_temp_c_max": _stat(_numeric(df, gpu("temp_c")), "max"),
+            "gpu_sm_clock_mhz_mean": _stat(_numeric(df, gpu("sm_clock_mhz")), "mean"),
+            "cpu_temp_c_max": _stat(_numeric(df, ["cpu_temp_c"]), "max"),
+            "rss_bytes_max": _as_int(_stat(_numeric(df, ["rss_bytes"]), "max")),
+            "threads_max": _as_int(_stat(_numeric(df, ["threads"]), "max")),
+            "processes_max": _as_int(_stat(_numeric(df, ["processes"]), "max")),
+            "telemetry_samples": int(len(df)),
+            "telemetry_interval_s": float(self.interval_s),
+            "telemetry_missing": reasons or None,
+        }
+
+    def to_csv_text(self) -> str:
+        return self.frame.to_csv(index=False)
+
+
+
+
+# ---------------------------------------------------------------- GPU source
+
+def _nvml_queries() -> dict[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """Column suffixes -> one NVML query of a handle giving them, in the units the suffixes name.
+
+    Utilization is one call for both rates; each other metric is its own call, so that one unsupported
+    metric costs only its own columns.
+    """
+    nv = pynvml
+
+    def utilization(h: Any) -> tuple[Any, ...]:
+        rates = nv.nvmlDeviceGetUtilizationRates(h)
+        return rates.gpu, rates.memory
+
+    return {
+        ("util_pct", "mem_util_pct"): utilization,
+        ("mem_used_bytes",): lambda h: (int(nv.nvmlDeviceGetMemoryInfo(h).used),),
+        ("power_w",): lambda h: (nv.nvmlDeviceGetPowerUsage(h) / 1000.0,),  # mW
+        ("temp_c",): lambda h: (nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),),
+        ("sm_clock_mhz",): lambda h: (nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),),
+        ("energy_j",): lambda h: (nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0,),  # mJ since driver load
+    }
+
+
+class _GpuSource:
+    """Samples the chosen GPUs' NVML metrics; each metric read alone so one unsupported metric costs only itself."""
+
+    def __init__(self, gpu_indices: Sequence[int] | None):
+        self._devices = NvmlDevices(gpu_indices)
+        self.handles = self._devices.handles
+        self.missing = self._devices.missing
+        self._disabled: set[str] = set()
+        self._queries = _nvml_queries() if self.handles else {}
+
+    def sample(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for i, handle in self.handles.items():
+            for suffixes, query in self._queries.items():
+                cols = [f"gpu{i}_{s}" for s in suffixes]
+                out.update(dict.fromkeys(cols))
+                if cols[0] in self._disabled:
+                    continue
+                try:
+                    out.update(zip(cols, query(handle)))
+                except pynvml.NVMLError as exc:
+                    for col in cols:
+                        self.missing.setdefault(col, nvml_reason(exc))
+                    if is_permanent(exc):
+                        self._disabled.add(cols[0])
+        return out
+
+    def close(self) -> None:
+        self._devices.close()
+
+
+def _time_call_s(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+class TelemetrySampler:
+    """Samples telemetry in a daemon thread from ``start()`` to ``stop()`` (or as a context manager)."""
+
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, *, gpus: bool = True,
+                 gpu_indices: Sequence[int] | None = None):
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.interval_s = float(interval_s)
+        self.gpus = gpus
+        self.gpu_indices = None if gpu_indices is None else list(gpu_indices)
+        self.result: Telemetry | None = None
+        self._phase = ""
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._rows: list[dict[str, Any]] = []
+        self._missing: dict[str, str] = {}
+        self._notes: dict[str, str] = {}
+        self._gpu: _GpuSource | None = None
+        self._t0 = 0.0
+        self._last_t_s = 0.0
+        self._tick = 0
+        self._last_slow: dict[str, Any] = {}
+
+    # -- lifecycle
+    def start(self) -> TelemetrySampler:
+        """Open the sources, take the first sample now and start the sampling thread."""
+        if self._thread is not None:
+            raise RuntimeError("sampler already started")
+        self._rows, self._missing, self._notes, self._tick = [], {}, {}, 0
+        self._cpu_source: CpuSource = open_cpu_source()
+        self._strides = self._probe_slow_sources()
+        if self.gpus:
+            self._gpu = _GpuSource(self.gpu_indices)
+            self._missing.update(self._gpu.missing)
+        else:
+            self._missing["gpu"] = "GPU sampling turned off (gpus=False)"
+        self._stop.clear()
+        self._t0 = time.monotonic()
+        self._last_t_s = 0.0
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="benchlib-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def set_phase(self, phase: str) -> None:
+        """Label the samples taken from now on (e.g. "train", "eval", "latency")."""
+        self._phase = str(phase)
+
+    def stop(self) -> Telemetry:
+        """Stop and join the thread, take one last sample, close NVML and return the samples."""
+        if self._thread is None:
+            raise RuntimeError("sampler was not started")
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()
+        self._cpu_source.close()
+        if self._gpu is not None:
+            self._missing.update(self._gpu.missing)
+            self._gpu.close()
+            self._gpu = None
+        self.result = Telemetry(frame=self._frame(), missing=dict(self._missing), interval_s=self.interval_s,
+                                start_monotonic_s=self._t0, notes=dict(self._notes))
+        return self.result
+
+    def __enter__(self) -> TelemetrySampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- sampling
+    def _slow_stride(self, source: str, call: str, seconds: float) -> int:
+        """Ticks between reads of a slowly changing source: about a second, ten times that if slow."""
+        stride = max(1, math.ceil(SLOW_SOURCE_PERIOD_S / self.interval_s))
+        if seconds > SLOW_CALL_S:
+            stride *= SLOW_STRIDE
+        if stride > 1:
+            self._notes[source] = (f"{call} took {seconds * 1e3:.2f} ms: read every {stride} ticks "
+                                   f"({stride * self.interval_s:g} s), forward-filled")
+        return stride
+
+    def _probe_slow_sources(self) -> dict[str, int]:
+        """Read the slowly changing sources once, timing them; returns ticks between reads (0: never)."""
+        seconds, pids = _time_call_s(psutil.pids)
+        self._last_slow["processes"] = len(pids)
+        strides = {"processes": self._slow_stride("processes", "psutil.pids()", seconds), "cpu_temp": 0}
+        sensors_fn = getattr(psutil, "sensors_temperatures", None)
+        if sensors_fn is None:
+            self._missing["cpu_temp"] = "psutil exposes no temperature sensors on this OS"
+            return strides
+        try:
+            seconds, sensors = _time_call_s(sensors_fn)
+        except (OSError, RuntimeError) as exc:
+            self._missing["cpu_temp"] = f"psutil.sensors_temperatures() failed: {exc}"
+            return strides
+        temp = cpu_temp_c(sensors)
+        self._last_slow["cpu_temp_c"] = temp
+        if temp is None:
+            chips = ", ".join(sorted(sensors)) or "none"
+            self._missing["cpu_temp"] = f"no CPU temperature sensor exposed by psutil (sensors: {chips})"
+        else:
+            strides["cpu_temp"] = self._slow_stride("cpu_temp", "psutil.sensors_temperatures()", seconds)
+        return strides
+
+    def _due(self, source: str) -> bool:
+        stride = self._strides.get(source, 1)
+        return stride > 0 and self._tick % stride == 0
+
+    def _cpu(self, window_s: float) -> dict[str, Any]:
+        """CPU figures; utilization only over a window of at least half an interval (see MIN_WINDOW_FRACTION)."""
+        row = self._cpu_source.sample(rated=window_s >= MIN_WINDOW_FRACTION * self.interval_s)
+        if self._due("processes"):
+            self._last_slow["processes"] = len(psutil.pids())
+        if self._due("cpu_temp"):
+            self._last_slow["cpu_temp_c"] = cpu_temp_c(psutil.sensors_temperatures())
+        return {**row, "processes": self._last_slow.get("processes"), "cpu_temp_c": self._last_slow.get("cpu_temp_c")}
+
+    def _sample(self) -> None:
+        """Take one sample; an unexpected error is recorded, never raised into the measured work."""
+        with self._lock:
+            t_s = time.monotonic() - self._t0
+            window_s, self._last_t_s = t_s - self._last_t_s, t_s
+            row: dict[str, Any] = {"t_s": t_s, "phase": self._phase}
+            try:
+                row.update(self._cpu(window_s))
+            except Exception as exc:  # noqa: BLE001 - telemetry must not break the run
+                self._missing.setdefault("cpu", f"sampling failed: {type(exc).__name__}: {exc}")
+            if self._gpu is not None and self._gpu.handles:
+                try:
+                    row.update(self._gpu.sample())
+                except Exception as exc:  # noqa: BLE001
+                    self._missing.setdefault("gpu", f"sampling failed: {type(exc).__name__}: {exc}")
+            self._rows.append(row)
+            self._tick += 1
+
+    def _loop(self) -> None:
+        """Tick k is due at t0 + k * interval; a late tick skips the ticks already missed (no burst)."""
+        k = 1
+        while True:
+            delay = self._t0 + k * self.interval_s - time.monotonic()
+            if delay < 0:
+                k += math.ceil(-delay / self.interval_s)
+                delay = self._t0 + k * self.interval_s - time.monotonic()
+            if self._stop.wait(max(0.0, delay)):
+                return
+            self._sample()
+            k += 1
+
+    def _frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self._rows)
+        lead = ["t_s", "phase", "cpu_util_pct", "proc_cpu_util_pct", "rss_bytes", "threads", "processes", "cpu_temp_c"]
+        cores = sorted((c for c in frame.columns if _CORE_COLUMN.fullmatch(c)),
+                       key=lambda c: int(_CORE_COLUMN.fullmatch(c).group(1)))  # type: ignore[union-attr]
+        gpus = [c for c in frame.columns if c.startswith("gpu")]
+        for c in lead:
+            if c not in frame:
+                frame[c] = None
+        return frame[lead + cores + gpus]
+
+
+class NullSampler:
+    """Stands in for TelemetrySampler when telemetry is turned off: no thread, no samples, a stated reason."""
+
+    running = False
+
+    def __init__(self, reason: str = "telemetry turned off (telemetry: false)"):
+        self.result: Telemetry | None = None
+        self._reason = reason
+
+    def start(self) -> NullSampler:
+        self.result = Telemetry(frame=pd.DataFrame(columns=["t_s", "phase"]), missing={"telemetry": self._reason},
+                                interval_s=0.0)
+        return self
+
+    def set_phase(self, phase: str) -> None:
+        pass
+
+    def stop(self) -> Telemetry | None:
+        return self.result

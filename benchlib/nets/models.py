@@ -1,0 +1,133 @@
+"""torchvision CNNs with their classifier head sized for the data set, and transfer learning.
+
+Pretrained weights go through torchvision's weights API and torch hub's cache; nothing is downloaded
+when the file is already cached or given as ``weights_path``.
+"""
+from __future__ import annotations
+
+import os
+import urllib.error
+from pathlib import Path
+
+import torch
+import torchvision
+from torch import nn
+
+from ..errors import ConfigError, WeightsUnavailableError
+from ..spec.vocab import MODELS
+
+
+def _head_of(model: nn.Module, name: str) -> tuple[nn.Module, str, nn.Module]:
+    """Return (parent module, attribute, layer) of the classifier head to replace."""
+    if name.startswith("resnet"):
+        return model, "fc", model.fc
+    if name == "mobilenet_v2":
+        return model.classifier, "1", model.classifier[1]
+    if name == "squeezenet1_1":
+        return model.classifier, "1", model.classifier[1]
+    if name == "densenet121":
+        return model, "classifier", model.classifier
+    raise ConfigError(f"unknown model '{name}'; allowed: {', '.join(MODELS)}")
+
+
+def _new_head(old: nn.Module, num_classes: int) -> nn.Module:
+    if isinstance(old, nn.Linear):
+        return nn.Linear(old.in_features, num_classes)
+    if isinstance(old, nn.Conv2d):  # squeezenet's 1x1 conv classifier
+        return nn.Conv2d(old.in_channels, num_classes, kernel_size=old.kernel_size)
+    raise TypeError(f"cannot replace a classifier head of type {type(old).__name__}")
+
+
+def replace_head(model: nn.Module, name: str, num_classes: int) -> nn.Module:
+    """Swap the final classifier for a fresh one with ``num_classes`` outputs."""
+    parent, attr, old = _head_of(model, name)
+    new = _new_head(old, num_classes)
+    if attr.isdigit():
+        parent[int(attr)] = new
+    else:
+        setattr(parent, attr, new)
+    return model
+
+
+def head_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
+    """Parameters of the classifier head: what stays trainable with a frozen backbone."""
+    _, _, head = _head_of(model, name)
+    return list(head.parameters())
+
+
+def pretrained_cache_path(name: str) -> Path:
+    """Where torch hub keeps (or would keep) the default pretrained weights of ``name``."""
+    weights = torchvision.models.get_model_weights(name).DEFAULT
+    filename = os.path.basename(weights.url)
+    return Path(torch.hub.get_dir()) / "checkpoints" / filename
+
+
+def _load_weights_file(path: Path, name: str) -> dict[str, torch.Tensor]:
+    """Load a state_dict with ``weights_only=True``: a checkpoint never runs code."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WeightsUnavailableError(f"weights file '{path}' cannot be loaded as a plain state_dict (weights_only=True): {first}") from exc
+    if not isinstance(state, dict):
+        raise WeightsUnavailableError(f"weights file '{path}' holds a {type(state).__name__}, not a state_dict of {name}")
+    return state
+
+
+def _pretrained_state_dict(name: str, weights_path: str | None) -> dict[str, torch.Tensor]:
+    if weights_path:
+        path = Path(weights_path)
+        if not path.is_file():
+            raise WeightsUnavailableError(f"weights_path '{path}' does not exist: give a .pth state_dict of {name}")
+        return _load_weights_file(path, name)
+    cached = pretrained_cache_path(name)
+    if cached.is_file():
+        return _load_weights_file(cached, name)
+    weights = torchvision.models.get_model_weights(name).DEFAULT
+    try:
+        return torch.hub.load_state_dict_from_url(weights.url, progress=False, map_location="cpu", weights_only=True)
+    except (urllib.error.URLError, OSError, RuntimeError) as exc:
+        raise WeightsUnavailableError(
+            f"pretrained weights for {name} are not cached and could not be downloaded ({type(exc).__name__}): "
+            f"put {cached.name} (from {weights.url}) at {cached}, or set weights_path"
+        ) from exc
+
+
+def build_model(
+    name: str,
+    num_classes: int,
+    *,
+    pretrained: bool = False,
+    freeze_backbone: bool = False,
+    weights_path: str | None = None,
+) -> nn.Module:
+    """Build a torchvision CNN with a head for ``num_classes``.
+
+    With ``pretrained`` the ImageNet backbone is loaded (cache, ``weights_path`` or download) and the
+    1000-way head is replaced; ``freeze_backbone`` then leaves only the new head trainable, as in the
+    transfer-learning set-up of the cats-vs-dogs paper.
+    """
+    if name not in MODELS:
+        raise ConfigError(f"unknown model '{name}'; allowed: {', '.join(MODELS)}")
+    if freeze_backbone and not pretrained:
+        raise ConfigError("freeze_backbone: true needs pretrained: true (a frozen random backbone learns nothing)")
+    if not pretrained:
+        return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    model = torchvision.models.get_model(name, weights=None)
+    try:
+        model.load_state_dict(_pretrained_state_dict(name, weights_path))
+    except RuntimeError as exc:  # keys or shapes of another architecture
+        raise WeightsUnavailableError(f"weights for {name} do not fit the model: {str(exc).splitlines()[0]}") from exc
+    replace_head(model, name, num_classes)
+    if freeze_backbone:
+        head = {id(p) for p in head_parameters(model, name)}
+        for p in model.parameters():
+            p.requires_grad_(id(p) in head)
+    return model
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """(all parameters, trainable parameters)."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return total, trainable

@@ -1,0 +1,212 @@
+"""A study: every hardware/model pair through the benchmark notebook, then the summary and HTML.
+
+Pairs run one after another, each in its own kernel (papermill), so a pair that crashes its kernel
+costs only itself: it leaves its executed notebook and failure rows, and the study goes on. Rows are
+written one per configuration as each finishes, so a re-run resumes: complete rows measured with the
+same settings are kept, rows of settings the file no longer has are kept aside, and only the missing
+(or failed) configurations run again.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from papermill.exceptions import PapermillExecutionError
+
+from ..env.devices import resolve_hardware
+from ..env.manifest import machine_name
+from ..errors import ConfigError
+from ..roofline.cache import ensure_ceilings
+from ..run.outcome import error_text
+from ..run.record import record_pair_failure, set_aside_stale_rows
+from ..spec.settings import RunConfig
+from ..spec.study import StudyConfig
+from ..spec.variants import variant_spec
+from ..store.atomic import remove_stale_temp_files
+from ..store.layout import ReportLayout, StudyPaths, pair_notebook_name, tuned_params_dir
+from ..store.rows import complete_row, read_results, write_table
+from . import publish
+
+# Errors of a pair notebook that end the pair, not the study: a raising cell, a dead kernel, a timeout.
+PAIR_FAILURES = (PapermillExecutionError, RuntimeError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    pairs_run: int
+    pairs_skipped: int
+    pairs_failed: int
+    configs_failed: int
+    profiles_failed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.pairs_failed == 0 and self.configs_failed == 0 and self.profiles_failed == 0
+
+
+def _log(msg: str) -> None:
+    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+
+
+def move_aside(paths: StudyPaths) -> list[Path]:
+    """``--fresh``: move the study's old results and reports aside (never delete them)."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for folder in (paths.results.root, paths.reports.root):
+        if folder.exists():
+            target = folder.with_name(f"{folder.name}.old-{stamp}")
+            shutil.move(str(folder), str(target))
+            moved.append(target)
+    return moved
+
+
+def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict[str, Any]:
+    return {"study": cfg.study, "hardware": hardware, "model": model, "batch_sizes": list(cfg.batch_sizes),
+            "sweep": {k: list(v) for k, v in cfg.sweep}, "repeats": cfg.repeats, "resume": True,
+            "variants": [variant_spec(v) for v in cfg.variants],
+            "results_dir": str(paths.results.root), "figures_dir": str(paths.reports.figures_dir),
+            **cfg.settings.flat()}
+
+
+def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
+              cell_timeout_s: int | None = 3600, cwd: Path | None = None, fresh: bool = False,
+              only_pair: int | None = None, summary: bool = True) -> StudyOutcome:
+    """Run (or resume) every pair (or only pair number ``only_pair``), then the summary."""
+    cwd = (cwd or Path.cwd()).resolve()
+    paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
+    if fresh:
+        for old in move_aside(paths):
+            _log(f"--fresh: moved old output to {old}")
+    paths.results.root.mkdir(parents=True, exist_ok=True)
+    paths.reports.runs_dir.mkdir(parents=True, exist_ok=True)
+    if removed := remove_stale_temp_files(paths.results.root):
+        _log(f"removed {removed} temporary file(s) an interrupted run left behind")
+    bench = publish.notebooks_dir() / "benchmark.ipynb"
+    pairs = cfg.pairs() if only_pair is None else [cfg.pairs()[only_pair]]
+    machine = machine_name()
+    for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
+        _log(f"ceilings of {hardware} (matmul and copy, for the roofline)")
+        ensure_ceilings(paths.results.root, hardware)
+    run = skipped = failed = 0
+    t_study = time.perf_counter()
+    for i, (hardware, model) in enumerate(pairs, 1):
+        configs = cfg.configs(hardware, model)
+        set_aside_stale_rows(paths.results.root, configs, machine, _log)
+        todo = [c for c in configs if complete_row(paths.results, machine, c.run_id) is None]
+        if not todo:
+            _log(f"pair {i}/{len(pairs)}: {hardware} / {model}: all {len(configs)} configuration(s) have rows measured "
+                 "with these settings: skipped")
+            skipped += 1
+            continue
+        _log(f"pair {i}/{len(pairs)}: {hardware} / {model}: {len(todo)} of {len(configs)} configuration(s) to run")
+        out = paths.reports.runs_dir / pair_notebook_name(hardware, model)
+        t0 = time.perf_counter()
+        run += 1
+        try:
+            publish.execute(bench, out, _pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s)
+        except PAIR_FAILURES as exc:
+            failed += 1
+            n = record_pair_failure(configs, paths.results.root, exc, machine)
+            _log(f"pair {hardware} / {model} failed ({type(exc).__name__}); {n} failure row(s) written; going on")
+        if out.exists():
+            publish.render_html(out)
+        _log(f"pair {i}/{len(pairs)} done in {time.perf_counter() - t0:.0f} s")
+    profiles_failed = 0
+    if cfg.profile:
+        for hardware, model in pairs:
+            profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s)
+    if summary:
+        summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
+                  cell_timeout_s=cell_timeout_s)
+    rows = read_results([paths.results.root])
+    mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
+    configs_failed = int((mine["status"] == "failed").sum())
+    _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
+         f"complete, {failed} failed; {configs_failed} failed configuration(s); report {paths.reports.index}")
+    return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)
+
+
+def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,
+                  cell_timeout_s: int | None) -> bool:
+    """Run the profile notebook for one pair at its first batch size (skipped when already profiled)."""
+    run = RunConfig(cfg.study, hardware, model, cfg.batch_sizes[0], cfg.settings)
+    if (paths.results.profile_dir(machine_name(), run.run_id) / "profile.json").exists():
+        _log(f"profile {hardware} / {model}: already recorded, skipped")
+        return True
+    _log(f"profile {hardware} / {model} (batch {run.batch_size})")
+    out = paths.reports.profiles_dir / pair_notebook_name(hardware, model)
+    params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
+              if k not in ("batch_sizes", "sweep", "repeats", "resume", "variants")}
+    params["batch_size"] = run.batch_size
+    try:
+        publish.execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
+        return True
+    except PAIR_FAILURES as exc:
+        _log(f"profile {hardware} / {model} failed: {error_text(exc)}")
+        return False
+    finally:
+        if out.exists():
+            publish.render_html(out)
+
+
+def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Path | None = None,
+              cell_timeout_s: int | None = 3600, notebook: str = "summary") -> Path:
+    """Run an analysis notebook (``summary``, ``sweep``) over ``results_dirs`` into ``report_dir``.
+
+    Publishes its HTML and refreshes the reports index.
+    """
+    for d in results_dirs:
+        write_table(d)
+    report = ReportLayout(report_dir)
+    report.root.mkdir(parents=True, exist_ok=True)
+    out = report.analysis_notebook(notebook)
+    params = {"results_dirs": [str(Path(d).resolve()) for d in results_dirs],
+              "figures_dir": str(report.figures_dir.resolve()), "title": title}
+    _log(f"{notebook} of {len(results_dirs)} results folder(s) -> {out}")
+    try:
+        publish.execute(publish.notebooks_dir() / f"{notebook}.ipynb", out, params, cwd=(cwd or Path.cwd()),
+                        cell_timeout_s=cell_timeout_s)
+    finally:
+        if out.exists():
+            publish.render_html(out)
+        publish.write_index(report.reports_root)
+    return out.with_suffix(".html")
+
+
+def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
+               cell_timeout_s: int | None = 3600, cwd: Path | None = None) -> int:
+    """One Optuna study per pair through the tune notebook; returns the number of pairs that failed."""
+    if cfg.tune is None:
+        raise ConfigError(f"{cfg.source}: key 'tune' is missing; allowed: a mapping with search_space "
+                          "(and n_trials, objective, pruning, epochs_per_trial, seed)")
+    cwd = (cwd or Path.cwd()).resolve()
+    paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
+    paths.results.root.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for i, (hardware, model) in enumerate(cfg.pairs(), 1):
+        _log(f"tuning pair {i}/{len(cfg.pairs())}: {hardware} / {model} ({cfg.tune.n_trials} trial(s), "
+             f"{cfg.tune.objective})")
+        params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
+                  if k not in ("sweep", "repeats", "resume", "variants")}
+        params.update(cfg.tune.as_params())
+        out = paths.reports.tune_dir / pair_notebook_name(hardware, model)
+        try:
+            publish.execute(publish.notebooks_dir() / "tune.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
+        except PAIR_FAILURES as exc:
+            failed += 1
+            _log(f"tuning {hardware} / {model} failed: {error_text(exc)}")
+        finally:
+            if out.exists():
+                publish.render_html(out)
+    publish.write_index(paths.reports.reports_root)
+    tuned_dir = tuned_params_dir(results_root.resolve())
+    for exported in paths.results.tuned_exports():
+        tuned_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(exported, tuned_dir / exported.name)
+        _log(f"{exported.name} copied to {tuned_dir}: the *-tuned variants read it from there")
+    return failed

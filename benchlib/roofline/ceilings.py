@@ -1,0 +1,294 @@
+"""Roofline ceilings measured on the machine that ran the study: a large matmul per dtype, a large device copy.
+
+A roofline point is only as good as its roof. :func:`measure_ceilings` measures the roof here and now, so
+points are compared with what this machine, driver and torch build actually reach, not with a marketing
+number (:mod:`.datasheet` figures are drawn beside it, labelled). A roof is a maximum: one measured while
+something else loaded the machine is too low, so :func:`measure_ceilings_robust` re-measures a noisy
+figure and keeps the highest median (:func:`best_of`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+
+from ..env.devices import bf16_supported, device_name, resolve_hardware, synchronize
+from ..instruments.timing import NOISY_IQR_OVER_MEDIAN, Samples
+from .model import ridge_point_flops_per_byte
+
+MIB = 2**20
+GIB = 2**30
+
+# A timed repeat shorter than this is dominated by clock resolution and launch/synchronize overhead,
+# so short operations are looped inside one repeat (synchronized only at the repeat's two ends).
+MIN_REPEAT_S = 0.05
+MAX_OPS_PER_REPEAT = 10_000
+
+DEFAULT_MATMUL_SIZE = {"cpu": 2048, "cuda": 8192, "mps": 8192}
+DEFAULT_COPY_BYTES = {"cpu": 512 * MIB, "cuda": 2 * GIB, "mps": 1 * GIB}
+DEFAULT_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "tf32", "fp16", "bf16"), "mps": ("fp32", "fp16")}
+
+_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Ceilings:
+    """One device's measured roof: peak FLOP/s per dtype, bandwidth (bytes read + written per second), and how.
+
+    ``samples`` keeps the raw seconds behind every figure; ``noisy`` names figures whose IQR/median is
+    over 10%; ``path`` is the file it was read from (not stored).
+    """
+
+    device: str
+    device_name: str
+    peak_flops_per_s: dict[str, float]
+    bandwidth_bytes_per_s: float
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    iqr_over_median: dict[str, float] = field(default_factory=dict)
+    noisy: list[str] = field(default_factory=list)
+    skipped_dtypes: dict[str, str] = field(default_factory=dict)
+    matmul_size: int = 0
+    matmul_products_per_repeat: dict[str, int] = field(default_factory=dict)
+    copy_bytes: int = 0
+    copies_per_repeat: int = 0
+    repeats: int = 0
+    warmup: int = 0
+    threads: int = 0
+    torch: str = ""
+    measured_utc: str = ""
+    method: str = ""
+    machine: str = ""
+    attempts: int = 1
+    attempt_peaks_flops_per_s: list[dict[str, float]] = field(default_factory=list)
+    attempt_bandwidths_bytes_per_s: list[float] = field(default_factory=list)
+    path: str | None = None
+
+    @property
+    def ridge_point_flops_per_byte(self) -> dict[str, float]:
+        """Per dtype, the intensity where the roof turns from memory-bound to compute-bound."""
+        return {k: ridge_point_flops_per_byte(v, self.bandwidth_bytes_per_s) for k, v in self.peak_flops_per_s.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """What the ceilings file holds (the derived ridge points included for readers; ``path`` left out)."""
+        data = dataclasses.asdict(self)
+        data.pop("path")
+        data["ridge_point_flops_per_byte"] = self.ridge_point_flops_per_byte
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], path: str | None = None) -> Ceilings:
+        """Ceilings from a file's JSON; ValueError when it is not a benchlib ceilings file."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("peak_flops_per_s"), dict) \
+                or not isinstance(data.get("bandwidth_bytes_per_s"), (int, float)) or "device" not in data:
+            raise ValueError("not a benchlib ceilings file")
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known and k != "path"}
+        values.setdefault("device_name", str(data["device"]))
+        return cls(**values, path=path)
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    """A present device with an explicit index for CUDA, so results say which GPU ("cuda:0")."""
+    dev = torch.device(resolve_hardware(str(device)))
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+@contextlib.contextmanager
+def _tf32_matmul(enabled: bool) -> Iterator[None]:
+    """Set cuBLAS TF32 for the block and restore the caller's setting, whatever happens inside.
+
+    Uses the legacy ``allow_tf32`` flag (what the manifest records) unless the caller already set the
+    newer ``fp32_precision`` API: torch refuses to read the legacy flag once the two are mixed.
+    """
+    matmul = torch.backends.cuda.matmul
+    try:
+        attr, before, value = "allow_tf32", matmul.allow_tf32, enabled
+    except RuntimeError:
+        attr, before, value = "fp32_precision", matmul.fp32_precision, "tf32" if enabled else "ieee"
+    setattr(matmul, attr, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, attr, before)
+
+
+def _precision_context(dtype_name: str, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """fp32 is measured with TF32 off and tf32 with it on, so the two figures differ by their meaning."""
+    if device.type == "cuda" and dtype_name in ("fp32", "tf32"):
+        return _tf32_matmul(dtype_name == "tf32")
+    return contextlib.nullcontext()
+
+
+def _dtype_unsupported_reason(dtype_name: str, device: torch.device) -> str | None:
+    """Why a dtype cannot be measured here (None when it can): checked by trying a small product."""
+    if dtype_name not in _TORCH_DTYPES:
+        return f"unknown dtype '{dtype_name}' (known: {', '.join(_TORCH_DTYPES)})"
+    if dtype_name == "tf32" and device.type != "cuda":
+        return "tf32 is a CUDA tensor-core mode"
+    if dtype_name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
+        return "tf32 needs compute capability 8.0+ (it would silently measure fp32)"
+    if dtype_name == "bf16" and not bf16_supported(device.type):
+        return f"no native bf16 on this {device.type} (it would measure slow emulation, a roof no variant runs under)"
+    try:
+        a = torch.ones(64, 64, dtype=_TORCH_DTYPES[dtype_name], device=device)
+        (a @ a).sum().item()
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        return f"a {dtype_name} matmul does not run on {device}: {exc}"
+    return None
+
+
+def _time_per_op_s(op: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
+    """Seconds per ``op`` in each timed repeat, and how many ops each repeat ran.
+
+    Warm up first (allocation, library handles, autotuning), then size the repeat from one timed op so a
+    repeat lasts at least MIN_REPEAT_S. Each repeat is synchronized at both ends only.
+    """
+    for _ in range(warmup):
+        op()
+    synchronize(device)
+    t0 = time.perf_counter()
+    op()
+    synchronize(device)
+    one_op_s = time.perf_counter() - t0
+    ops_per_repeat = min(MAX_OPS_PER_REPEAT, max(1, math.ceil(MIN_REPEAT_S / max(one_op_s, 1e-9))))
+    per_op_s: list[float] = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(ops_per_repeat):
+            op()
+        synchronize(device)
+        per_op_s.append((time.perf_counter() - t0) / ops_per_repeat)
+    return per_op_s, ops_per_repeat
+
+
+def matmul_flops(n: int) -> int:
+    """FLOPs of one n x n by n x n product: n^3 multiply-accumulates, 2 FLOPs each."""
+    return 2 * n**3
+
+
+def _measure_matmul(dtype_name: str, n: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
+    """Seconds per product ``C = A @ B`` (square, size n) in ``dtype_name``; C is preallocated."""
+    dtype = _TORCH_DTYPES[dtype_name]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    with _precision_context(dtype_name, device):
+        return _time_per_op_s(lambda: torch.matmul(a, b, out=c), device, repeats, warmup)
+
+
+def _measure_copy(n_bytes: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
+    """Seconds per ``dst.copy_(src)`` of ``n_bytes``; both buffers are written first so no page is lazy."""
+    src = torch.ones(n_bytes, dtype=torch.uint8, device=device)
+    dst = torch.zeros(n_bytes, dtype=torch.uint8, device=device)
+    return _time_per_op_s(lambda: dst.copy_(src), device, repeats, warmup)
+
+
+def _iqr_over_median(values: Sequence[float]) -> float:
+    s = Samples.of(values)
+    return s.iqr / s.median if s.median > 0 else math.nan
+
+
+
+
+def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str] | None = None,
+                     matmul_size: int | None = None, copy_bytes: int | None = None,
+                     repeats: int = 5, warmup: int = 2) -> Ceilings:
+    """Measure this machine's compute ceiling per dtype and its memory bandwidth.
+
+    Compute: median FLOP/s of a square matmul per dtype. Bandwidth: median (read + written) bytes/s of a
+    large device copy. Default dtypes that do not run here are left out and listed in ``skipped_dtypes``;
+    dtypes asked for explicitly must run (ValueError otherwise).
+    """
+    dev = _resolve_device(device)
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    n = int(matmul_size or DEFAULT_MATMUL_SIZE[dev.type])
+    n_bytes = int(copy_bytes or DEFAULT_COPY_BYTES[dev.type])
+    if n < 1 or n_bytes < 1:
+        raise ValueError(f"matmul_size and copy_bytes must be positive, got {n} and {n_bytes}")
+
+    skipped: dict[str, str] = {}
+    if dtypes is None:
+        chosen = []
+        for name in DEFAULT_DTYPES[dev.type]:
+            reason = _dtype_unsupported_reason(name, dev)
+            if reason is None:
+                chosen.append(name)
+            else:
+                skipped[name] = reason
+    else:
+        chosen = list(dict.fromkeys(dtypes))
+        for name in chosen:
+            reason = _dtype_unsupported_reason(name, dev)
+            if reason is not None:
+                raise ValueError(reason)
+
+    samples: dict[str, list[float]] = {}
+    peak_flops_per_s: dict[str, float] = {}
+    products_per_repeat: dict[str, int] = {}
+    for name in chosen:
+        per_product_s, products_per_repeat[name] = _measure_matmul(name, n, dev, repeats, warmup)
+        samples[f"matmul_{name}_s"] = per_product_s
+        peak_flops_per_s[name] = matmul_flops(n) / Samples.of(per_product_s).median
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+    per_copy_s, copies_per_repeat = _measure_copy(n_bytes, dev, repeats, warmup)
+    samples["copy_s"] = per_copy_s
+    bandwidth_bytes_per_s = 2 * n_bytes / Samples.of(per_copy_s).median
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+    iqr = {key: _iqr_over_median(values) for key, values in samples.items()}
+    return Ceilings(
+        device=str(dev), device_name=device_name(dev), peak_flops_per_s=peak_flops_per_s,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s, samples=samples, iqr_over_median=iqr,
+        noisy=sorted(k for k, v in iqr.items() if v > NOISY_IQR_OVER_MEDIAN), skipped_dtypes=skipped,
+        matmul_size=n, matmul_products_per_repeat=products_per_repeat, copy_bytes=n_bytes,
+        copies_per_repeat=copies_per_repeat, repeats=repeats, warmup=warmup, threads=torch.get_num_threads(),
+        torch=torch.__version__, measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        method=(
+            f"compute: C = A @ B, square n={n}, {matmul_flops(n)} FLOPs (2*n^3) per product, C preallocated; "
+            f"{warmup} warmup products, then {repeats} timed repeats, each synchronized at both ends and looping "
+            f"enough products to last >= {MIN_REPEAT_S} s; a sample is one repeat's seconds / its products; "
+            "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "
+            f"bandwidth: dst.copy_(src) of {n_bytes} bytes, moved = read + written = {2 * n_bytes} bytes per copy, "
+            "timed the same way; bandwidth = bytes moved / median sample."
+        ),
+    )
+
+
+def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
+    """Merge ceiling measurements: per figure, the attempt with the highest median wins.
+
+    A ceiling is what the machine can do; a median taken while something else loaded it is lower,
+    never higher, so the highest of a few medians is the better estimate of the roof.
+    """
+    peaks: dict[str, float] = {}
+    for dtype in dict.fromkeys(d for a in attempts for d in a.peak_flops_per_s):
+        values = [a.peak_flops_per_s[dtype] for a in attempts if a.peak_flops_per_s.get(dtype)]
+        if values:
+            peaks[dtype] = max(values)
+    return dataclasses.replace(
+        attempts[0], peak_flops_per_s=peaks, bandwidth_bytes_per_s=max(a.bandwidth_bytes_per_s for a in attempts),
+        attempts=len(attempts), attempt_peaks_flops_per_s=[dict(a.peak_flops_per_s) for a in attempts],
+        attempt_bandwidths_bytes_per_s=[a.bandwidth_bytes_per_s for a in attempts])
+
+
+def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3, **kwargs: Any) -> Ceilings:
+    """Measure, and re-measure while a figure is noisy (IQR/median > 10%), up to ``max_attempts``; merge with best_of."""
+    attempts = [measure_ceilings(device, **kwargs)]
+    while attempts[-1].noisy and len(attempts) < max_attempts:
+        attempts.append(measure_ceilings(device, **kwargs))
+    return best_of(attempts)

@@ -1,0 +1,148 @@
+"""Row columns built from what one configuration measured: pure functions from results to flat mappings.
+
+Every name here is a column of :mod:`benchlib.store.schema`; the measuring code only fills them.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .._version import __version__
+from ..engine.train import TrainResult
+from ..instruments.energy import EnergyResult, per_sample
+from ..instruments.memory import MemoryReport
+from ..instruments.timing import Samples
+from ..nets.flops import complexity_for_run
+from ..roofline.ceilings import Ceilings
+from ..roofline.model import place_on_roof, roof_dtype
+from ..spec.settings import RunConfig, settings_digest
+from ..store import schema
+
+Row = dict[str, Any]
+
+
+def now_utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def base_row(cfg: RunConfig, machine: str) -> Row:
+    """The identifying columns of a row, known before anything runs (failure rows use them too)."""
+    s = cfg.settings
+    k = s.knobs
+    row: Row = {
+        "study": cfg.study, "run_id": cfg.run_id, "settings_digest": settings_digest(s),
+        "settings_json": json.dumps(s.flat(), sort_keys=True), "machine": machine, "hardware": cfg.hardware,
+        "device_name": None, "model": cfg.model, "dataset": s.dataset, "image_size": s.image_size,
+        "batch_size": cfg.batch_size, "variant": s.variant, "precision": k.precision,
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
+        "benchlib_version": __version__, "started_utc": now_utc(),
+        "optimizer": s.optimizer, "lr": s.lr, "epochs": s.epochs, "pretrained": s.pretrained,
+        "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": k.tf32,
+        "cudnn_benchmark": k.cudnn_benchmark, "memory_format": k.memory_format, "compile": k.compile,
+        "quantization": k.quantization, "warmup_steps": s.warmup_steps,
+    }
+    for column in ("train_steps", "train_step_s_median", "train_step_s_iqr", "train_samples_per_s", "epoch_s",
+                   "val_samples_per_s", "train_accuracy", "test_accuracy", "latency_ms_p50", "latency_ms_p90",
+                   "latency_ms_p99", "batch_latency_ms_p50", "infer_samples_per_s", "peak_rss_bytes",
+                   "peak_cuda_allocated_bytes", "params", *schema.names(schema.WORK), *schema.names(schema.ROOF)):
+        row[column] = None
+    return row
+
+
+def work_columns(cfg: RunConfig, num_classes: int) -> Row:
+    """Counted work and bytes of the configuration (MACs and FLOPs under their own names)."""
+    c = complexity_for_run(cfg.model, cfg.settings.image_size, cfg.batch_size, num_classes)
+    return {
+        "macs_per_sample": c.macs_per_sample, "flops_per_sample": c.flops_per_sample,
+        "train_flops_per_sample": c.train_flops_per_sample, "weight_bytes": c.model_size_bytes,
+        "activation_bytes_per_sample": c.activation_bytes_per_sample, "bytes_per_sample": c.bytes_per_sample,
+        "train_bytes_per_sample": c.train_bytes_per_sample, "arithmetic_intensity": c.arithmetic_intensity,
+        "train_arithmetic_intensity": c.train_arithmetic_intensity,
+        "uncounted_ops": "; ".join(f"{k}: {', '.join(v)}" for k, v in c.uncounted_ops.items() if v) or None,
+    }
+
+
+def _product(a: Any, b: Any) -> float | None:
+    return float(a * b) if a is not None and b is not None and math.isfinite(a * b) else None
+
+
+def roof_columns(row: Mapping[str, Any], ceilings: Ceilings | None, device_type: str) -> Row:
+    """Achieved FLOP/s and where they sit under this machine's measured roof."""
+    train_fps = _product(row["train_flops_per_sample"], row["train_samples_per_s"])
+    infer_fps = _product(row["flops_per_sample"], row["infer_samples_per_s"])
+    out: Row = {"achieved_train_flops_per_s": train_fps, "achieved_infer_flops_per_s": infer_fps}
+    if ceilings is None:
+        return out
+    quantized = row.get("quantization") not in (None, "none")
+    dtype = "int8" if quantized else roof_dtype(row["precision"], device_type, bool(row.get("tf32")))  # no int8 roof
+    peaks, bandwidth = ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s
+    train = place_on_roof(train_fps, row["train_arithmetic_intensity"], peaks, bandwidth, dtype)
+    infer = place_on_roof(infer_fps, row["arithmetic_intensity"], peaks, bandwidth, dtype)
+    flags = [f for f in (train.above, infer.above) if f is not None]
+    out.update({
+        "roof_dtype": dtype, "roof_peak_flops_per_s": peaks.get(dtype), "roof_bandwidth_bytes_per_s": bandwidth,
+        "train_roof_flops_per_s": train.roof_flops_per_s, "roof_fraction": train.fraction,
+        "infer_roof_flops_per_s": infer.roof_flops_per_s, "infer_roof_fraction": infer.fraction,
+        "above_roof": any(flags) if flags else None,
+    })
+    return out
+
+
+def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
+    steps, epochs, waits = Samples.of(trained.step_s), Samples.of(trained.epoch_s), Samples.of(trained.data_wait_s)
+    return {
+        "batches_per_epoch": per_epoch, "train_steps": steps.n, "train_steps_total": trained.total_steps,
+        "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
+        "train_samples_per_s": trained.timed_samples * world / steps.total if steps.total > 0 else math.nan,
+        "data_wait_s_total": waits.total,
+        "data_wait_fraction": waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan,
+        "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
+        "final_loss": trained.final_loss,
+        "step_sync": "per-step" if trained.sync_per_step else "region",
+    }
+
+
+def latency_columns(lat1: Samples, latn: Samples, batch_size: int) -> Row:
+    return {
+        "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
+        "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
+        "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
+        "batch_latency_ms_p99": _ms(latn.percentile(99)), "batch_latency_noisy": latn.noisy,
+        "infer_samples_per_s": batch_size / latn.median if latn.median > 0 else math.nan,
+    }
+
+
+def memory_columns(mem: MemoryReport) -> Row:
+    return {
+        "rss_baseline_bytes": mem.rss_baseline_bytes, "peak_rss_bytes": mem.peak_rss_bytes,
+        "peak_rss_above_baseline_bytes": mem.peak_rss_above_baseline_bytes, "peak_rss_source": mem.peak_rss_source,
+        "peak_cuda_allocated_bytes": mem.peak_cuda_allocated_bytes,
+        "peak_cuda_reserved_bytes": mem.peak_cuda_reserved_bytes,
+        "mps_allocated_bytes": mem.mps_allocated_bytes, "mps_driver_allocated_bytes": mem.mps_driver_allocated_bytes,
+    }
+
+
+def energy_columns(prefix: str, result: EnergyResult, samples: int, device_type: str) -> Row:
+    """Energy of one region: GPU (NVML) and CPU package (RAPL) joules, per sample, and why any is missing.
+
+    ``<prefix>_energy_j`` is the device's own figure: the GPU's on CUDA, the CPU package's on CPU.
+    """
+    main_j = result.gpu_j if device_type == "cuda" else result.cpu_package_j
+    reasons = "; ".join(f"{k}: {v}" for k, v in result.unmeasurable.items()) or None
+    return {
+        f"{prefix}_energy_window_s": result.seconds, f"{prefix}_gpu_energy_j": result.gpu_j,
+        f"{prefix}_cpu_package_energy_j": result.cpu_package_j, f"{prefix}_energy_j": main_j,
+        f"{prefix}_energy_j_per_sample": per_sample(main_j, samples),
+        f"{prefix}_energy_method": result.gpu_method if device_type == "cuda" else result.cpu_method,
+        f"{prefix}_energy_unmeasurable": reasons,
+    }

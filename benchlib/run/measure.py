@@ -1,0 +1,206 @@
+"""Measure one configuration end to end and return what it measured; nothing here writes a file.
+
+The pieces are the engine's (set-up, the one training step, evaluation, latency) and the instruments'
+(memory, telemetry, energy); this module decides their order and turns what they return into a row.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..data.loaders import Loaders
+from ..engine.inference import example_batch, measure_latency
+from ..engine.knobs import backend_flags, compile_seconds, precision_context
+from ..engine.setup import build, check_runs, num_classes, wrap
+from ..engine.step import Trainer, in_memory_format
+from ..engine.train import EvalResult, evaluate, train
+from ..engine.weights import WeightsPlan, load_weights, save_weights
+from ..env import distributed
+from ..env.devices import device_name, resolve_hardware
+from ..env.manifest import machine_name
+from ..instruments.energy import EnergyMeter
+from ..instruments.memory import PeakMemory
+from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
+from ..instruments.timing import Samples
+from ..nets.quantize import (
+    count_quantized_modules,
+    model_size_on_disk_bytes,
+    quantize_dynamic_linear,
+    quantize_static_int8,
+)
+from ..roofline.ceilings import Ceilings
+from ..spec.settings import RunConfig, RunSettings
+from .columns import (
+    Row,
+    base_row,
+    energy_columns,
+    latency_columns,
+    memory_columns,
+    now_utc,
+    roof_columns,
+    training_columns,
+    work_columns,
+)
+
+ProgressFn = Callable[[str], None]
+_CALIBRATION_BATCHES = 8
+
+
+@dataclass
+class Measurement:
+    """What one configuration measured: its row, the raw samples behind it, and the telemetry time series."""
+
+    row: Row
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    telemetry: Telemetry | None = None
+
+
+def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunSettings, fp32_test: EvalResult,
+               trained_by: str | None) -> tuple[nn.Module, EvalResult, Row]:
+    """Quantize the trained fp32 model itself and evaluate it: accuracy is compared on the same weights.
+
+    Static int8 is calibrated on training batches (real images: the activation ranges must be real).
+    """
+    model = model.eval()
+    if s.knobs.quantization == "static_int8":
+        calibration = [x for x, _ in itertools.islice(iter(loaders.train), _CALIBRATION_BATCHES)]
+        qmodel = quantize_static_int8(model, calibration, calibration[0])
+    else:
+        qmodel = quantize_dynamic_linear(model)
+    test = evaluate(qmodel, loaders.test, device)
+    drop = (fp32_test.accuracy - test.accuracy) * 100 if not loaders.synthetic else None
+    return qmodel, test, {
+        "model_size_bytes": model_size_on_disk_bytes(qmodel), "fp32_model_size_bytes": model_size_on_disk_bytes(model),
+        "fp32_test_accuracy": None if loaders.synthetic else fp32_test.accuracy, "accuracy_drop_pts": drop,
+        "quantized_modules": json.dumps(count_quantized_modules(qmodel), sort_keys=True),
+        "weights_trained_by": trained_by,
+        "weights": (f"the fp32 weights {trained_by} trained, quantized after training" if trained_by
+                    else "the fp32 weights trained in this configuration, quantized after training"),
+    }
+
+
+def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
+            ceilings: Ceilings | None = None, sampler: TelemetrySampler | NullSampler | None = None,
+            weights: WeightsPlan | None = None) -> Measurement | None:
+    """Train, evaluate and time one configuration.
+
+    With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
+    Telemetry is sampled in the background from the first training step to the last latency repeat
+    (``sampler``, or one made here), and energy is read around the training loop and around the
+    working-batch latency repeats. Under torchrun the model trains data-parallel on every rank and only
+    rank 0 gets a measurement (others: None).
+
+    With a ``weights`` plan, an inference-only variant (quantized) evaluates the weights its training
+    configuration saved instead of training (its training columns are then empty, and
+    ``weights_trained_by`` names that configuration); a training configuration saves them for it.
+
+    Raises:
+        SkippedConfiguration: the variant cannot run on this device.
+    """
+    device = torch.device(resolve_hardware(cfg.hardware))
+    check_runs(cfg.settings, device.type)
+    with backend_flags(cfg.settings.knobs):
+        return _measure(cfg, device, machine=machine, progress=progress, ceilings=ceilings, sampler=sampler,
+                        weights=weights)
+
+
+def _measure(cfg: RunConfig, device: torch.device, *, machine: str | None, progress: ProgressFn | None,
+             ceilings: Ceilings | None, sampler: TelemetrySampler | NullSampler | None,
+             weights: WeightsPlan | None) -> Measurement | None:
+    s = cfg.settings
+    dist_info = distributed.init(device.type)
+    device = distributed.rank_device(device, dist_info)
+    local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
+    world = dist_info.world_size if dist_info else 1
+    row = base_row(cfg, machine or machine_name())
+    row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
+    row["device_name"] = device_name(device)
+    t_start = time.perf_counter()
+    row.update(work_columns(cfg, num_classes(s)))  # counted before the memory window opens
+    memory = PeakMemory(device).start()
+    built = build(cfg, device, local_batch, (dist_info.rank, world) if dist_info else (0, 1))
+    model, loaders, per_epoch = built.model, built.loaders, built.per_epoch
+    trained_by = load_weights(weights, model) if weights is not None and weights.load else None
+    train_net, infer_net = wrap(model, s, device, dist_info)
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if progress:
+        progress(f"{cfg.run_id}: evaluates the weights {trained_by} trained" if trained_by
+                 else f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
+    if not s.telemetry:
+        sampler = NullSampler()
+    sampler = sampler or TelemetrySampler(s.telemetry_interval_s)
+    meter = EnergyMeter()
+    try:
+        sampler.start()
+        sampler.set_phase("train")
+        e_train0 = meter.read()
+        trained = None if trained_by else train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch,
+                                                 progress=progress)
+        e_train1 = meter.read()
+        in_sync = distributed.weights_in_sync(model, dist_info)
+        if dist_info is not None and not dist_info.is_main:
+            memory.stop()
+            distributed.barrier(dist_info)  # wait while rank 0 evaluates
+            return None
+        if trained is not None and weights is not None and weights.save:
+            save_weights(weights, model, cfg.run_id)
+        sampler.set_phase("eval")
+        test = evaluate(infer_net, loaders.test, device, s.knobs)
+        quant: Row = {"model_size_bytes": model_size_on_disk_bytes(model)}
+        if not s.knobs.trains:
+            infer_net, test, quant = _quantized(model, loaders, device, s, test, trained_by)
+        sampler.set_phase("latency")
+        batch1 = in_memory_format(example_batch(loaders.test, 1, device), s.knobs)
+        batch_n = in_memory_format(example_batch(loaders.test, cfg.batch_size, device), s.knobs)
+        with precision_context(s.knobs, device):
+            lat1 = measure_latency(infer_net, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+            e_infer0 = meter.read()
+            latn = measure_latency(infer_net, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
+            e_infer1 = meter.read()
+    finally:
+        if sampler.running:
+            sampler.stop()
+        meter.close()
+    telemetry = sampler.result
+    assert telemetry is not None
+    mem = memory.stop()
+    distributed.barrier(dist_info)
+
+    synthetic = loaders.synthetic
+    infer_samples = cfg.batch_size * (s.infer_warmup_batches + s.latency_repeats)
+    if trained is not None:  # an evaluate-only row has no training figures of its own
+        row.update({
+            **training_columns(trained, per_epoch, world),
+            "train_accuracy": None if synthetic else trained.train_accuracy,
+            "compile_s": compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median)
+            if s.knobs.compile != "off" else None,
+            **telemetry.summary("train"),
+            **energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
+                             trained.total_samples * world, device.type),
+        })
+    row.update({
+        "synthetic": synthetic, "num_classes": loaders.num_classes, "train_samples": loaders.train_samples,
+        "test_samples": loaders.test_samples, "world_size": world, "per_rank_batch_size": local_batch,
+        "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
+        "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
+        "test_accuracy": None if synthetic else test.accuracy,
+        **latency_columns(lat1, latn, cfg.batch_size),
+        **memory_columns(mem),
+        "params": params, "params_trainable": trainable, **quant,
+        **energy_columns("infer", meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples, device.type),
+        "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": now_utc(),
+    })
+    row.update(roof_columns(row, ceilings, device.type))
+    samples = {"latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
+    if trained is not None:
+        samples.update({"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
+                        "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,
+                        "loss": trained.loss_per_step})
+    return Measurement(row, samples, telemetry)

@@ -1,0 +1,39 @@
+"""How a configuration that produced no measurement ended: its status word and one line saying why."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import MeasurementOutcome
+from ..spec.settings import RunConfig
+from .columns import Row, base_row, now_utc
+
+
+def error_text(exc: BaseException) -> str:
+    """One line naming the error: the notebook's own exception for a failed cell, else the first line."""
+    if isinstance(exc, MeasurementOutcome) and exc.status == "skipped":
+        return str(exc)
+    if hasattr(exc, "ename") and hasattr(exc, "evalue"):  # papermill: the cell's exception
+        detail = f"{exc.ename}: {exc.evalue}"
+    else:
+        detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {detail}"[:500]
+
+
+def failure_status(exc: BaseException) -> str:
+    """The row status of an exception: skipped, oom, unstable, or failed."""
+    if isinstance(exc, MeasurementOutcome):
+        return exc.status
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return "oom"
+    return "failed"
+
+
+def failure_row(cfg: RunConfig, exc: BaseException, machine: str) -> Row:
+    """A row that records why a configuration produced no measurement."""
+    row: dict[str, Any] = base_row(cfg, machine)
+    row["status"] = failure_status(exc)
+    row["error"] = error_text(exc)
+    row["finished_utc"] = now_utc()
+    return row

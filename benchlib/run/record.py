@@ -1,0 +1,181 @@
+"""Measure configurations and record them: rows, samples, telemetry, manifests, shared weights, resume.
+
+``record`` is the I/O around :func:`benchlib.run.measure.measure` for one configuration; ``run_pair`` records
+every configuration of one hardware/model pair (what the benchmark notebook and a study's pair do).
+
+Resume keeps a row only when it was measured with the very settings of the configuration (its run id
+carries a digest of them). Rows of the pair measured with settings the study no longer has are moved to
+``superseded/`` with a line naming what changed: never silently reused, never silently overwritten.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..engine.weights import WeightsPlan, plan_weights, training_first
+from ..env.devices import resolve_hardware
+from ..env.manifest import collect_manifest, machine_name, manifest_id
+from ..instruments.telemetry import NullSampler, TelemetrySampler
+from ..roofline.cache import ensure_ceilings
+from ..spec.settings import RunConfig, RunSettings
+from ..spec.study import expand_variants
+from ..spec.variants import Variant, parse_variant
+from ..store.atomic import atomic_write_text
+from ..store.layout import ResultsLayout
+from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, write_row
+from .columns import Row
+from .faults import maybe_inject
+from .measure import measure
+from .outcome import failure_row, failure_status
+
+ProgressFn = Callable[[str], None]
+
+
+def say(msg: str) -> None:
+    """Progress on stderr, one line each, so it never mixes with a command's output."""
+    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+
+
+def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | None = say,
+           weights: WeightsPlan | None = None) -> Row | None:
+    """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead.
+
+    Under torchrun only rank 0 records the manifest, measures the ceilings and writes the row.
+    """
+    layout = ResultsLayout.of(results_dir)
+    main_rank = os.environ.get("RANK", "0") == "0"
+    manifest = collect_manifest()
+    mid = manifest_id(manifest)
+    if main_rank:
+        write_manifest(layout, manifest, mid)
+    if cfg.settings.knobs.threads:
+        torch.set_num_threads(cfg.settings.knobs.threads)
+    try:
+        ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware)) if main_rank else None
+        sampler = (TelemetrySampler(cfg.settings.telemetry_interval_s) if cfg.settings.telemetry
+                   else NullSampler())
+        measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, sampler=sampler,
+                           weights=weights)
+        if measured is None:  # a data-parallel rank other than 0: rank 0 writes the row
+            return None
+        row, samples, telemetry = measured.row, measured.samples, measured.telemetry
+    except Exception as exc:  # a failed configuration is data: record it and let the study go on
+        row, samples, telemetry = failure_row(cfg, exc, manifest["machine"]), {}, None
+        if progress:
+            progress(f"{cfg.run_id}: {row['status']}: {type(exc).__name__}: {exc}")
+            if row["status"] == "failed":
+                traceback.print_exc(file=sys.stderr)
+    if row["status"] != "ok":  # free the failed configuration's tensors outside the except block
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if not main_rank:
+        return None
+    row["manifest_id"] = mid
+    if telemetry is not None and not telemetry.frame.empty:
+        atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
+    write_row(layout, row, samples)
+    return row
+
+
+# ---------------------------------------------------------------- a pair, with resume
+
+def _changed_settings(old_json: str | None, new: RunSettings) -> str:
+    """``image_size 32 -> 64, lr 0.01 -> 0.05`` between a stored row's settings and the current ones."""
+    if not old_json:
+        return "settings not recorded (a row from an older benchlib)"
+    try:
+        old = json.loads(old_json)
+    except ValueError:
+        return "settings unreadable"
+    changes = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.flat().items() if k != "seed" and old.get(k) != v]
+    return ", ".join(changes) or "the same settings under another id"
+
+
+def set_aside_stale_rows(results_dir: str | Path, configs: Sequence[RunConfig], machine: str,
+                         progress: ProgressFn | None = say) -> Path | None:
+    """Move this machine's rows of the configs' study and pair that no config has any more to ``superseded/``.
+
+    Such rows were measured with settings the study file no longer has (another image size, learning rate,
+    data set, batch list...): they stay on disk, out of the report, and a line says what changed.
+    """
+    if not configs:
+        return None
+    layout = ResultsLayout.of(results_dir)
+    first = configs[0]
+    current = {c.run_id for c in configs}
+    stale = [r for r in stored_rows(layout)
+             if r.get("study") == first.study and r.get("machine") == machine and r.get("hardware") == first.hardware
+             and r.get("model") == first.model and r.get("run_id") not in current]
+    if not stale:
+        return None
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = set_aside(layout, stale, stamp)
+    if progress and target is not None:
+        why = _changed_settings(stale[0].get("settings_json"), first.settings)
+        progress(f"{first.hardware}/{first.model}: {len(stale)} row(s) measured with other settings ({why}) "
+                 f"kept aside in {target}")
+    return target
+
+
+def pair_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings, *,
+                 sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
+                 variants: Sequence[Mapping[str, Any] | str | Variant] = ()) -> list[RunConfig]:
+    """The pair's configurations in the order they run: training ones before those that evaluate their weights."""
+    parsed = [v if isinstance(v, Variant) else parse_variant(v, "notebook parameters: variants") for v in variants]
+    return training_first(expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed))
+
+
+def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
+             results_dir: str | Path, *, sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
+             resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = ()) -> list[Row]:
+    """Measure every configuration of one hardware/model pair, recording each row as it finishes.
+
+    With ``resume``, configurations whose complete row already exists are skipped (their row is
+    returned as it was), so a killed study loses at most the configuration that was running.
+    Each training variant trains once: the inference-only variants (quantized) run after it and
+    evaluate the weights it saved.
+    """
+    layout = ResultsLayout.of(results_dir)
+    machine = machine_name()
+    configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,
+                           variants=variants)
+    set_aside_stale_rows(layout.root, configs, machine)
+    plans = plan_weights(layout, machine, configs)
+    rows: list[Row] = []
+    for i, cfg in enumerate(configs, 1):
+        done = complete_row(layout, machine, cfg.run_id) if resume else None
+        if done is not None:
+            say(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}: row exists, skipped")
+            rows.append(done)
+            continue
+        say(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}")
+        maybe_inject(cfg.run_id)
+        row = record(cfg, layout.root, weights=plans.get(cfg.run_id))
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def record_pair_failure(configs: Sequence[RunConfig], results_dir: str | Path, exc: BaseException,
+                        machine: str) -> int:
+    """Failure rows for the pair's configurations that have no complete row (a pair notebook that died)."""
+    layout = ResultsLayout.of(results_dir)
+    written = 0
+    for cfg in configs:
+        if complete_row(layout, machine, cfg.run_id) is None:
+            write_row(layout, failure_row(cfg, exc, machine))
+            written += 1
+    return written
+
+
+__all__ = ["failure_status", "pair_configs", "record", "record_pair_failure", "run_pair", "set_aside_stale_rows"]

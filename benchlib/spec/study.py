@@ -1,0 +1,244 @@
+"""A study file: the grid (hardware x models x batch sizes x variants x swept settings x seeds) and its settings.
+
+A study file is flat YAML: the grid keys plus any run setting. :func:`load_study` reads and validates it
+without touching torch, devices or data folders; whether the devices are present and the data folders
+hold what they should is checked by the preflight (:mod:`benchlib.run.preflight`) before any work starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from .settings import (
+    SETTING_RULES,
+    RunConfig,
+    RunSettings,
+    check_batch_sizes,
+    check_consistency,
+    coerce_setting,
+    settings_from_mapping,
+    unknown_key_message,
+)
+from .tune import TuneSpec, parse_tune
+from .variants import Variant, apply_variant, parse_variant, tuned_batch_size
+from .vocab import HARDWARE_CHOICES, MODELS, NAME_PATTERN, NAME_WORDS, is_valid_hardware_name
+
+GRID_KEYS: dict[str, str] = {
+    "study": "name of the study (results/<study>/)",
+    "description": "free text",
+    "hardware": f"list of: {HARDWARE_CHOICES}",
+    "models": f"list of: {', '.join(MODELS)}",
+    "batch_sizes": "list of integers >= 1, or {from: A, to: B} for the doubling range A, 2A, ... <= B",
+    "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
+    "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
+    "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
+    "variants": "list of variant presets (cpu-default, cpu-quantized, gpu-amp, ...) or mappings of knobs",
+    "tuned_params_dir": "folder with the <cpu|gpu>-tuned.yaml files benchlib tune exported (default results/tuned)",
+    "tune": "mapping for benchlib tune: n_trials, objective, pruning, epochs_per_trial, seed, search_space",
+}
+ALLOWED_KEYS: tuple[str, ...] = tuple(GRID_KEYS) + tuple(SETTING_RULES)
+NOT_SWEEPABLE = ("dataset", "data_path", "variant", "seed")
+MAX_REPEATS = 100
+
+
+def expand_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
+                   sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1) -> list[RunConfig]:
+    """Every configuration of one hardware/model pair: batch sizes x swept settings x repeat seeds."""
+    sweep = dict(sweep or {})
+    keys = tuple(sweep)
+    out = []
+    for b in batch_sizes:
+        for values in itertools.product(*(sweep[k] for k in keys)):
+            point = settings.updated(**dict(zip(keys, values)))
+            for r in range(repeats):
+                out.append(RunConfig(study, hardware, model, b, point.updated(seed=settings.seed + r), keys))
+    return out
+
+
+def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
+                    sweep: Mapping[str, Sequence[Any]] | None, repeats: int,
+                    variants: Sequence[Variant]) -> list[RunConfig]:
+    """Every configuration of the pair: per variant (a tuned one brings its own batch size), the grid."""
+    if not variants:
+        return expand_configs(study, hardware, model, batch_sizes, settings, sweep, repeats)
+    out = []
+    for v in variants:
+        tuned = tuned_batch_size(v)
+        out += expand_configs(study, hardware, model, (tuned,) if tuned else batch_sizes, apply_variant(settings, v),
+                              sweep, repeats)
+    return out
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """A grid of hardware x model x batch size sharing one set of run settings."""
+
+    study: str
+    hardware: tuple[str, ...]
+    models: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    settings: RunSettings
+    description: str = ""
+    source: str = "<memory>"
+    sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    repeats: int = 1
+    profile: bool = False
+    tune: TuneSpec | None = None
+    variants: tuple[Variant, ...] = ()
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(hardware, model) pairs in the order they run: one notebook each."""
+        return [(h, m) for h in self.hardware for m in self.models]
+
+    def configs(self, hardware: str, model: str) -> list[RunConfig]:
+        return expand_variants(self.study, hardware, model, self.batch_sizes, self.settings, dict(self.sweep),
+                               self.repeats, self.variants)
+
+    def all_configs(self) -> list[RunConfig]:
+        return [c for h, m in self.pairs() for c in self.configs(h, m)]
+
+
+# ---------------------------------------------------------------- validation
+
+def _as_list(value: Any, key: str, where: str, item_type: type, describe: str) -> list[Any]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ConfigError(f"{where}: key '{key}' is an empty list; allowed: {describe}")
+    for item in items:
+        if not isinstance(item, item_type) or isinstance(item, bool):
+            raise ConfigError(f"{where}: key '{key}' has {item!r} ({type(item).__name__}); allowed: {describe}")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"{where}: key '{key}' lists a value twice: {items}")
+    return items
+
+
+def doubling_range(start: int, stop: int) -> list[int]:
+    """start, 2*start, 4*start, ... up to stop (inclusive)."""
+    out, b = [], start
+    while b <= stop:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def _batch_sizes(value: Any, where: str) -> list[int]:
+    if isinstance(value, dict):
+        if set(value) != {"from", "to"}:
+            raise ConfigError(f"{where}: key 'batch_sizes' range has keys {sorted(value)}; allowed: {{from: A, to: B}}")
+        a, b = value["from"], value["to"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (a, b)) or a > b:
+            raise ConfigError(f"{where}: key 'batch_sizes' range from {a!r} to {b!r}; allowed: integers 1 <= from <= to")
+        return doubling_range(a, b)
+    return _as_list(value, "batch_sizes", where, int, "integers >= 1")
+
+
+def _sweep(value: Any, settings: RunSettings, where: str) -> dict[str, list[Any]]:
+    """Validated sweep: each key a run setting, each value a non-empty list of valid values."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: key 'sweep' is {type(value).__name__}; allowed: {GRID_KEYS['sweep']}")
+    out: dict[str, list[Any]] = {}
+    for key, values in value.items():
+        if key not in SETTING_RULES or key in NOT_SWEEPABLE:
+            allowed = ", ".join(k for k in SETTING_RULES if k not in NOT_SWEEPABLE)
+            raise ConfigError(f"{where}: key 'sweep.{key}' cannot be swept; allowed: {allowed} (seeds: use 'repeats')")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: key 'sweep.{key}' is {values!r}; allowed: a non-empty list of values")
+        typed = [coerce_setting(key, v, where) for v in values]
+        if len(set(map(repr, typed))) != len(typed):
+            raise ConfigError(f"{where}: key 'sweep.{key}' lists a value twice: {values}")
+        for v in typed:
+            check_consistency(settings.updated(**{key: v}), where)
+        out[key] = typed
+    return out
+
+
+def _variants(raw: Mapping[str, Any], where: str) -> tuple[Variant, ...]:
+    specs = raw["variants"]
+    if not isinstance(specs, list) or not specs:
+        raise ConfigError(f"{where}: key 'variants' is {specs!r}; allowed: {GRID_KEYS['variants']}")
+    tuned_dir = raw.get("tuned_params_dir")
+    variants = tuple(parse_variant(v, where, tuned_params_dir=Path(tuned_dir) if tuned_dir else None) for v in specs)
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: key 'variants' names a variant twice: {names}")
+    return variants
+
+
+def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: key '{key}' is {value!r}; allowed: true or false")
+    return value
+
+
+def parse_study(raw: Any, where: str) -> StudyConfig:
+    """Validate a parsed YAML document into a StudyConfig (structure and values; no devices, no files)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys at the top level, got {type(raw).__name__}; "
+                          f"allowed keys: {', '.join(ALLOWED_KEYS)}")
+    for key in raw:
+        if not isinstance(key, str) or key not in ALLOWED_KEYS:
+            raise ConfigError(unknown_key_message(str(key), where, ALLOWED_KEYS))
+    for key in ("study", "hardware", "models", "batch_sizes"):
+        if key not in raw:
+            raise ConfigError(f"{where}: key '{key}' is missing; allowed: {GRID_KEYS[key]}")
+    study = raw["study"]
+    if not isinstance(study, str) or not NAME_PATTERN.match(study):
+        raise ConfigError(f"{where}: key 'study' is {study!r}; allowed: {NAME_WORDS}")
+    hardware = _as_list(raw["hardware"], "hardware", where, str, HARDWARE_CHOICES)
+    for h in hardware:
+        if not is_valid_hardware_name(h):
+            raise ConfigError(f"{where}: key 'hardware' has '{h}'; allowed: {HARDWARE_CHOICES}")
+    models = _as_list(raw["models"], "models", where, str, ", ".join(MODELS))
+    for m in models:
+        if m not in MODELS:
+            raise ConfigError(f"{where}: key 'models' has '{m}'; allowed: {', '.join(MODELS)}")
+    batch_sizes = _batch_sizes(raw["batch_sizes"], where)
+    settings = settings_from_mapping({k: v for k, v in raw.items() if k in SETTING_RULES}, where,
+                                     allowed_keys=ALLOWED_KEYS)
+    check_batch_sizes(batch_sizes, settings, where)
+    sweep = _sweep(raw.get("sweep", {}), settings, where)
+    repeats = raw.get("repeats", 1)
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_REPEATS:
+        raise ConfigError(f"{where}: key 'repeats' is {repeats!r}; allowed: an integer from 1 to {MAX_REPEATS}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(f"{where}: key 'description' is {type(description).__name__}; allowed: a string")
+    tune = parse_tune(raw["tune"], where) if "tune" in raw else None
+    variants = _variants(raw, where) if "variants" in raw else ()
+    return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
+                       tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
+                       variants)
+
+
+def read_study_file(path: str | Path) -> Any:
+    """The parsed YAML of a study file (safe YAML: data only, no code), or one line saying what is wrong."""
+    p = Path(path)
+    where = str(path)
+    if not p.is_file():
+        raise ConfigError(f"{where}: params file not found; give a YAML file such as params/default.yaml")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not a text file ({exc.reason}); expected UTF-8 YAML") from exc
+
+
+def load_study(path: str | Path) -> StudyConfig:
+    """Read and validate a study params file (what to run; the preflight checks it can run here)."""
+    return parse_study(read_study_file(path), str(path))
+
+
+def replace_settings(cfg: StudyConfig, settings: RunSettings) -> StudyConfig:
+    return dataclasses.replace(cfg, settings=settings)

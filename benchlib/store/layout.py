@@ -1,0 +1,178 @@
+"""Where every file of a study lives: the one place that builds paths under ``results/`` and ``reports/``.
+
+A results folder (``results/<study>/``)::
+
+    rows/<machine>__<run_id>.json          one row per configuration (a flat JSON object)
+    samples/<machine>__<run_id>.csv        the raw per-step / per-repeat samples behind the row
+    telemetry/<machine>__<run_id>.csv      the telemetry time series sampled while it ran
+    manifests/<manifest_id>.json           the environment a row was measured in
+    ceilings/<machine>__<device>.json      the measured roofline ceilings of one device
+    weights/<machine>__<model>__<key>.pt   trained weights shared with inference-only variants
+    profiles/<machine>__<run_id>/          torch.profiler tables, trace.json, tensorboard/, profile.json
+    tuning/optuna.sqlite3                  Optuna studies of ``benchlib tune``; tuning/<cpu|gpu>-tuned.yaml
+    superseded/<stamp>/rows|samples|telemetry/
+                                           rows measured with settings the study no longer has
+    results.csv                            every row of the folder, rebuilt from rows/
+
+``results/tuned/`` (beside the study folders) holds the ``*-tuned.yaml`` files the tuned variants read.
+A report folder (``reports/<study>/``) holds the executed notebooks (``runs/``, ``profile/``, ``tune/``),
+their HTML, ``summary``/``sweep`` pages and ``figures/``; ``reports/index.html`` links them all.
+
+One file per row means concurrent writers never share a file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import safe_name
+
+TUNED_DIR_NAME = "tuned"
+DEFAULT_RESULTS_ROOT = Path("results")
+DEFAULT_REPORTS_ROOT = Path("reports")
+
+
+def row_key(machine: str, run_id: str) -> str:
+    """The file stem of a row and of everything that belongs to it."""
+    return safe_name(f"{machine}__{run_id}")
+
+
+def reports_index(reports_root: Path = DEFAULT_REPORTS_ROOT) -> Path:
+    """The page that links every study's report."""
+    return Path(reports_root) / "index.html"
+
+
+def tuned_params_dir(results_root: Path = DEFAULT_RESULTS_ROOT) -> Path:
+    """Folder of the exported ``<cpu|gpu>-tuned.yaml`` files the ``*-tuned`` variants read."""
+    return Path(results_root) / TUNED_DIR_NAME
+
+
+@dataclass(frozen=True)
+class ResultsLayout:
+    """Every path under one study's results folder."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, root: str | Path) -> ResultsLayout:
+        return cls(Path(root))
+
+    # -- rows and what belongs to each
+    @property
+    def rows_dir(self) -> Path:
+        return self.root / "rows"
+
+    def row_path(self, machine: str, run_id: str) -> Path:
+        return self.rows_dir / f"{row_key(machine, run_id)}.json"
+
+    def samples_path(self, machine: str, run_id: str) -> Path:
+        return self.root / "samples" / f"{row_key(machine, run_id)}.csv"
+
+    def telemetry_path(self, machine: str, run_id: str) -> Path:
+        return self.root / "telemetry" / f"{row_key(machine, run_id)}.csv"
+
+    def row_files(self) -> list[Path]:
+        return sorted(self.rows_dir.glob("*.json"))
+
+    @property
+    def results_csv(self) -> Path:
+        return self.root / "results.csv"
+
+    def superseded_dir(self, stamp: str) -> Path:
+        return self.root / "superseded" / stamp
+
+    # -- the environment and the roof
+    def manifest_path(self, manifest_id: str) -> Path:
+        return self.root / "manifests" / f"{manifest_id}.json"
+
+    def manifest_files(self) -> list[Path]:
+        return sorted((self.root / "manifests").glob("*.json"))
+
+    def ceilings_path(self, machine: str, device: str) -> Path:
+        return self.root / "ceilings" / f"{safe_name(machine)}__{safe_name(device)}.json"
+
+    def ceilings_files(self) -> list[Path]:
+        return sorted((self.root / "ceilings").glob("*.json"))
+
+    # -- trained weights, profiles, tuning
+    def weights_path(self, machine: str, model: str, training_key: str) -> Path:
+        return self.root / "weights" / f"{safe_name(f'{machine}__{model}__{training_key}')}.pt"
+
+    def profile_dir(self, machine: str, run_id: str) -> Path:
+        return self.root / "profiles" / row_key(machine, run_id)
+
+    def profile_meta_files(self) -> list[Path]:
+        return sorted(self.root.glob("profiles/*/profile.json"))
+
+    @property
+    def tuning_dir(self) -> Path:
+        return self.root / "tuning"
+
+    @property
+    def tuning_storage(self) -> Path:
+        return self.tuning_dir / "optuna.sqlite3"
+
+    @property
+    def tuning_storage_url(self) -> str:
+        """The SQLAlchemy URL of the Optuna storage (an absolute path: papermill kernels run elsewhere)."""
+        return f"sqlite:///{self.tuning_storage.resolve()}"
+
+    def tuned_export(self, kind: str) -> Path:
+        """Where a tuning study exports its best trial (``kind``: cpu or gpu)."""
+        return self.tuning_dir / f"{kind}-tuned.yaml"
+
+    def tuned_exports(self) -> list[Path]:
+        return sorted(self.tuning_dir.glob("*-tuned.yaml"))
+
+
+@dataclass(frozen=True)
+class ReportLayout:
+    """Every path under one study's report folder (``reports/<study>/``)."""
+
+    root: Path
+
+    @property
+    def reports_root(self) -> Path:
+        return self.root.parent
+
+    @property
+    def index(self) -> Path:
+        return reports_index(self.reports_root)
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def profiles_dir(self) -> Path:
+        return self.root / "profile"
+
+    @property
+    def tune_dir(self) -> Path:
+        return self.root / "tune"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.root / "figures"
+
+    def analysis_notebook(self, name: str) -> Path:
+        """``summary.ipynb`` / ``sweep.ipynb`` of the study."""
+        return self.root / f"{name}.ipynb"
+
+
+def pair_notebook_name(hardware: str, model: str) -> str:
+    """The executed notebook of one hardware/model pair (``cpu__resnet18.ipynb``)."""
+    return f"{safe_name(hardware)}__{model}.ipynb"
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """A study's results folder and report folder, under their roots."""
+
+    results: ResultsLayout
+    reports: ReportLayout
+
+    @classmethod
+    def for_study(cls, study: str, results_root: Path = DEFAULT_RESULTS_ROOT,
+                  reports_root: Path = DEFAULT_REPORTS_ROOT) -> StudyPaths:
+        return cls(ResultsLayout(Path(results_root) / study), ReportLayout(Path(reports_root) / study))

@@ -1,0 +1,158 @@
+"""Result rows on disk: written atomically one file per configuration, read back as one table.
+
+A row is a flat JSON object whose keys are columns of :mod:`benchlib.store.schema`; its raw samples and
+telemetry sit beside it under the same key (see :mod:`benchlib.store.layout`).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .atomic import atomic_write_json, atomic_write_text, json_ready
+from .layout import ResultsLayout, row_key
+from .schema import COLUMN_NAMES, COMPLETE_STATUSES, REQUIRED_COLUMNS, unknown_columns
+
+Row = dict[str, Any]
+SAMPLE_COLUMNS = ("run_id", "machine", "series", "index", "value")
+
+
+def layout_of(results: str | Path | ResultsLayout) -> ResultsLayout:
+    return results if isinstance(results, ResultsLayout) else ResultsLayout(Path(results))
+
+
+def key_of(row: Mapping[str, Any]) -> str:
+    """The file stem of a row (``<machine>__<run_id>``)."""
+    return row_key(str(row["machine"]), str(row["run_id"]))
+
+
+def write_row(results: str | Path | ResultsLayout, row: Mapping[str, Any],
+              samples: Mapping[str, Sequence[float]] | None = None) -> Path:
+    """Write one row (and its raw samples) atomically; returns the row file.
+
+    Raises:
+        ValueError: the row lacks a required column or has one the schema does not list (a writer's bug).
+    """
+    layout = layout_of(results)
+    missing = [c for c in REQUIRED_COLUMNS if c not in row]
+    if missing:
+        raise ValueError(f"row lacks columns: {', '.join(missing)}")
+    unknown = unknown_columns(list(row))
+    if unknown:
+        raise ValueError(f"row has columns the schema does not list: {', '.join(unknown)}")
+    machine, run_id = str(row["machine"]), str(row["run_id"])
+    if samples:
+        lines = [",".join(SAMPLE_COLUMNS)]
+        for series, values in samples.items():
+            lines += [f"{run_id},{machine},{series},{i},{float(v)!r}" for i, v in enumerate(values)]
+        atomic_write_text(layout.samples_path(machine, run_id), "\n".join(lines) + "\n")
+    path = layout.row_path(machine, run_id)
+    atomic_write_json(path, dict(row))
+    return path
+
+
+def write_manifest(results: str | Path | ResultsLayout, manifest: Mapping[str, Any], manifest_id: str) -> Path:
+    """Write an environment manifest once (its id is a hash of its content)."""
+    path = layout_of(results).manifest_path(manifest_id)
+    if not path.exists():
+        atomic_write_json(path, dict(manifest))
+    return path
+
+
+def read_row(path: Path) -> Row:
+    """One row file; ValueError when it is not a benchlib row."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or any(k not in data for k in ("study", "run_id", "machine", "status")):
+        raise ValueError("not a benchlib result row")
+    return data
+
+
+def complete_row(results: str | Path | ResultsLayout, machine: str, run_id: str) -> Row | None:
+    """The row already written for this configuration if it is complete (a ``failed`` one is retried)."""
+    try:
+        row = read_row(layout_of(results).row_path(machine, run_id))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return row if row.get("status") in COMPLETE_STATUSES else None
+
+
+def stored_rows(results: str | Path | ResultsLayout) -> list[Row]:
+    """Every readable row of one results folder; unreadable files are skipped with a warning naming them."""
+    out = []
+    for path in layout_of(results).row_files():
+        try:
+            out.append(read_row(path))
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            warnings.warn(f"skipping unreadable results file {path}: {exc}", stacklevel=2)
+    return out
+
+
+def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, Any]], stamp: str) -> Path | None:
+    """Move rows (with their samples and telemetry) to ``superseded/<stamp>/``: kept, but out of the report.
+
+    Returns the folder they went to, or None when there was nothing to move.
+    """
+    layout = layout_of(results)
+    target = layout.superseded_dir(stamp)
+    moved = False
+    for row in rows:
+        machine, run_id = str(row["machine"]), str(row["run_id"])
+        for path, kind in ((layout.row_path(machine, run_id), "rows"), (layout.samples_path(machine, run_id), "samples"),
+                           (layout.telemetry_path(machine, run_id), "telemetry")):
+            if path.exists():
+                (target / kind).mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(target / kind / path.name))
+                moved = True
+    return target if moved else None
+
+
+def read_results(dirs: Iterable[str | Path]) -> pd.DataFrame:
+    """Merge the rows of every results folder given (several machines land side by side).
+
+    A row met twice (same machine, study and run_id, e.g. a folder imported twice) counts once: the
+    newest by ``finished_utc``. Corrupt or foreign files are skipped with a warning naming them.
+    """
+    rows: list[Row] = []
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            raise FileNotFoundError(f"results folder '{d}' does not exist")
+        for row in stored_rows(d):
+            row["results_dir"] = str(d)
+            rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=list(REQUIRED_COLUMNS))
+    df = pd.DataFrame(rows)
+    for col in REQUIRED_COLUMNS:
+        if col not in df:
+            df[col] = None
+    if "finished_utc" in df:
+        df = df.sort_values("finished_utc", kind="stable")
+    df = df.drop_duplicates(subset=["machine", "study", "run_id"], keep="last").reset_index(drop=True)
+    ordered = [c for c in COLUMN_NAMES if c in df.columns] + [c for c in df.columns if c not in COLUMN_NAMES]
+    return df[ordered]
+
+
+def read_samples(results: str | Path | ResultsLayout, row: Mapping[str, Any]) -> pd.DataFrame:
+    """The raw samples behind a row (empty when it has none)."""
+    path = layout_of(results).samples_path(str(row["machine"]), str(row["run_id"]))
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+
+
+def write_table(results: str | Path | ResultsLayout) -> Path:
+    """Rebuild ``results.csv`` (every row of the folder) atomically."""
+    layout = layout_of(results)
+    df = read_results([layout.root])
+    atomic_write_text(layout.results_csv, df.to_csv(index=False))
+    return layout.results_csv
+
+
+def json_row(row: Mapping[str, Any]) -> Row:
+    """A row with NaN as None and numpy scalars as plain numbers, ready for ``json.dumps``."""
+    ready: Row = json_ready(dict(row))
+    return ready

@@ -1,0 +1,221 @@
+"""The row schema: every column a result row may hold, in groups, each with its unit and meaning.
+
+One row is one measured configuration (tidy data: one row per measurement, units in column names). A
+column's name ends with its unit where it has one (``_s``, ``_ms``, ``_bytes``, ``_flops``, ``_j``,
+``_w``, ``_pct``...). This module is the single list of them: writers check rows against it and the
+report's data dictionary is generated from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# How a configuration ended. ``ok``: measured. The others produced no measurement, and say why:
+STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "oom", "unstable")
+STATUS_MEANINGS: dict[str, str] = {
+    "ok": "measured",
+    "failed": "an error stopped it (the error column says which); a study retries it on resume",
+    "skipped": "the variant cannot run on this device (the error column says why)",
+    "oom": "it ran out of memory (CUDA OOM, or the CPU memory_limit_bytes ceiling)",
+    "unstable": "the training loss became NaN or infinite",
+}
+# Rows that a resumed study keeps (a ``failed`` one is measured again).
+COMPLETE_STATUSES: tuple[str, ...] = ("ok", "skipped", "oom", "unstable")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str  # "" where the value has no unit (names, flags, counts of things named in the meaning)
+    meaning: str
+
+
+def _group(*columns: tuple[str, str, str]) -> tuple[Column, ...]:
+    return tuple(Column(*c) for c in columns)
+
+
+IDENTITY = _group(
+    ("study", "", "name of the study the row belongs to"),
+    ("run_id", "", "the configuration: hardware, model, batch, variant, precision, swept settings, a digest of "
+                   "every other setting, process count and seed"),
+    ("settings_digest", "", "hash of every run setting except the seed (part of run_id)"),
+    ("settings_json", "", "every run setting of the configuration, as JSON"),
+    ("machine", "", "machine name ($BENCHLIB_MACHINE or the host name)"),
+    ("hardware", "", "device as configured: cpu, cuda, cuda:N, mps"),
+    ("device_name", "", "the device's own name (GPU model or CPU model)"),
+    ("model", "", "torchvision model"),
+    ("dataset", "", "data set"),
+    ("image_size", "px", "square input size"),
+    ("batch_size", "samples", "global batch size"),
+    ("variant", "", "name of the optimization variant"),
+    ("precision", "", "fp32, amp_fp16 or amp_bf16"),
+    ("threads", "", "torch intra-op threads in force"),
+    ("interop_threads", "", "torch inter-op threads in force"),
+    ("seed", "", "random seed of weights, data order and subsets"),
+    ("world_size", "processes", "data-parallel processes (1 without torchrun)"),
+    ("status", "", "how the configuration ended: " + "; ".join(f"{k}: {v}" for k, v in STATUS_MEANINGS.items())),
+    ("error", "", "one line saying why a configuration produced no measurement"),
+    ("manifest_id", "", "the environment manifest (manifests/<id>.json) the row was measured in"),
+    ("benchlib_version", "", "benchlib version that measured the row"),
+    ("started_utc", "", "when the configuration started (ISO 8601, UTC)"),
+    ("finished_utc", "", "when it finished (ISO 8601, UTC)"),
+    ("duration_s", "s", "wall time of the whole configuration (set-up, training, evaluation, latency)"),
+)
+SETTINGS = _group(
+    ("optimizer", "", "sgd or adam"),
+    ("lr", "", "learning rate"),
+    ("epochs", "", "training epochs asked for"),
+    ("pretrained", "", "started from ImageNet weights (transfer learning)"),
+    ("freeze_backbone", "", "only the new classifier head trained"),
+    ("num_workers", "", "DataLoader worker processes"),
+    ("tf32", "", "TF32 matmuls and convolutions allowed (CUDA)"),
+    ("cudnn_benchmark", "", "cuDNN autotuning on (CUDA)"),
+    ("memory_format", "", "nchw or channels_last"),
+    ("compile", "", "torch.compile mode, or off"),
+    ("quantization", "", "none, dynamic or static_int8"),
+    ("warmup_steps", "steps", "training steps run before timing starts"),
+)
+DATA = _group(
+    ("synthetic", "", "random tensors on the device (measures the model, not the input pipeline)"),
+    ("num_classes", "", "classes of the data set"),
+    ("train_samples", "samples", "training samples per epoch"),
+    ("test_samples", "samples", "test samples evaluated"),
+    ("per_rank_batch_size", "samples", "batch each data-parallel process trains on"),
+    ("distributed_backend", "", "gloo or nccl under torchrun, else empty"),
+    ("ddp_weights_in_sync", "", "every data-parallel rank held the same weights after training"),
+)
+TRAINING = _group(
+    ("batches_per_epoch", "batches", "training batches per epoch"),
+    ("train_steps", "steps", "timed training steps (warmup left out)"),
+    ("train_steps_total", "steps", "training steps run, warmup included"),
+    ("train_step_s_median", "s", "median time of a timed training step"),
+    ("train_step_s_iqr", "s", "interquartile range of the timed step times"),
+    ("train_step_noisy", "", "step times spread too much to trust: IQR/median > 10%"),
+    ("train_samples_per_s", "samples/s", "training throughput: samples over the summed timed step times"),
+    ("data_wait_s_total", "s", "time the timed steps waited for their batch"),
+    ("data_wait_fraction", "", "share of the timed training time spent waiting for data"),
+    ("epoch_s", "s", "median time of a full epoch, data pipeline included"),
+    ("epoch_s_iqr", "s", "interquartile range of the epoch times"),
+    ("epochs_timed", "epochs", "full epochs behind epoch_s"),
+    ("final_loss", "", "mean training loss of the last epoch"),
+    ("step_sync", "", "how steps were timed: region (events, one synchronize) or per-step"),
+    ("train_accuracy", "", "running top-1 accuracy over the last epoch's (augmented) batches"),
+    ("compile_s", "s", "torch.compile time, taken out of the warmup steps (never inside a step time)"),
+)
+EVALUATION = _group(
+    ("val_samples_per_s", "samples/s", "evaluation throughput over the test split with its DataLoader"),
+    ("val_s", "s", "wall time of the evaluation pass"),
+    ("test_accuracy", "", "top-1 accuracy on the test split"),
+)
+LATENCY = _group(
+    ("latency_ms_p50", "ms", "inference latency at batch 1, median of the timed repeats"),
+    ("latency_ms_p90", "ms", "inference latency at batch 1, 90th percentile"),
+    ("latency_ms_p99", "ms", "inference latency at batch 1, 99th percentile"),
+    ("latency_n", "repeats", "timed repeats behind the latency percentiles"),
+    ("latency_noisy", "", "batch-1 latencies spread too much to trust: IQR/median > 10%"),
+    ("batch_latency_ms_p50", "ms", "latency of one forward pass at the working batch, median"),
+    ("batch_latency_ms_p90", "ms", "latency at the working batch, 90th percentile"),
+    ("batch_latency_ms_p99", "ms", "latency at the working batch, 99th percentile"),
+    ("batch_latency_noisy", "", "working-batch latencies spread too much to trust: IQR/median > 10%"),
+    ("infer_samples_per_s", "samples/s", "inference throughput at the working batch"),
+)
+MEMORY = _group(
+    ("rss_baseline_bytes", "bytes", "resident memory of the process before the model was built"),
+    ("peak_rss_bytes", "bytes", "peak resident memory of the process over the configuration"),
+    ("peak_rss_above_baseline_bytes", "bytes", "peak resident memory above the baseline: what the configuration added"),
+    ("peak_rss_source", "", "how the peak was read: VmHWM (kernel high-water mark) or psutil-sampled"),
+    ("peak_cuda_allocated_bytes", "bytes", "CUDA allocator peak of allocated memory (reset per configuration)"),
+    ("peak_cuda_reserved_bytes", "bytes", "CUDA allocator peak of reserved memory (reset per configuration)"),
+    ("mps_allocated_bytes", "bytes", "MPS memory allocated by tensors at the end"),
+    ("mps_driver_allocated_bytes", "bytes", "MPS memory the Metal driver holds at the end"),
+)
+MODEL = _group(
+    ("params", "parameters", "parameters of the model"),
+    ("params_trainable", "parameters", "parameters that were trained"),
+    ("model_size_bytes", "bytes", "size of the saved state_dict (int8 weights as int8)"),
+    ("fp32_model_size_bytes", "bytes", "size of the float model a quantized variant came from"),
+    ("fp32_test_accuracy", "", "test accuracy of the float weights a quantized variant quantized"),
+    ("accuracy_drop_pts", "points", "fp32_test_accuracy minus test_accuracy, in percentage points"),
+    ("quantized_modules", "", "convolutions and linears in int8 and in float (JSON)"),
+    ("weights_trained_by", "", "run_id of the configuration whose trained weights this row evaluated"),
+    ("weights", "", "which weights the row evaluated"),
+)
+WORK = _group(
+    ("macs_per_sample", "MAC", "multiply-accumulates of one forward pass per sample (fvcore)"),
+    ("flops_per_sample", "FLOP", "floating-point operations of one forward pass per sample (FlopCounterMode)"),
+    ("train_flops_per_sample", "FLOP", "FLOPs of forward and backward per sample, counted"),
+    ("weight_bytes", "bytes", "bytes of parameters and floating-point buffers"),
+    ("activation_bytes_per_sample", "bytes", "input and output activation bytes of every layer per sample"),
+    ("bytes_per_sample", "bytes", "bytes moved per inference sample: weights once per batch plus activations"),
+    ("train_bytes_per_sample", "bytes", "bytes moved per training sample: weights, activations and gradients"),
+    ("arithmetic_intensity", "FLOP/byte", "inference FLOPs over bytes moved"),
+    ("train_arithmetic_intensity", "FLOP/byte", "training FLOPs over bytes moved"),
+    ("uncounted_ops", "", "operators a counter ran but could not count (never a silent zero)"),
+)
+ROOF = _group(
+    ("achieved_train_flops_per_s", "FLOP/s", "training FLOPs per sample times training throughput"),
+    ("achieved_infer_flops_per_s", "FLOP/s", "forward FLOPs per sample times inference throughput"),
+    ("roof_dtype", "", "the ceiling the configuration runs under: fp32, tf32, fp16, bf16 or int8"),
+    ("roof_peak_flops_per_s", "FLOP/s", "measured compute ceiling of that dtype on this machine"),
+    ("roof_bandwidth_bytes_per_s", "bytes/s", "measured memory bandwidth of this machine (read + written)"),
+    ("train_roof_flops_per_s", "FLOP/s", "the roof at the training point's intensity"),
+    ("roof_fraction", "", "achieved training FLOP/s over the roof at its intensity"),
+    ("infer_roof_flops_per_s", "FLOP/s", "the roof at the inference point's intensity"),
+    ("infer_roof_fraction", "", "achieved inference FLOP/s over the roof at its intensity"),
+    ("above_roof", "", "a point lies above its roof: a measurement error, not a finding"),
+)
+TELEMETRY = _group(
+    ("cpu_util_pct_mean", "%", "system CPU utilization while training, mean over cores and samples"),
+    ("cpu_util_pct_p95", "%", "system CPU utilization while training, 95th percentile"),
+    ("proc_cpu_util_pct_mean", "%", "this process's CPU use while training (100% = one core)"),
+    ("gpu_util_pct_mean", "%", "GPU utilization while training (NVML), mean"),
+    ("gpu_util_pct_p95", "%", "GPU utilization while training, 95th percentile"),
+    ("gpu_mem_util_pct_mean", "%", "GPU memory-controller utilization while training, mean"),
+    ("gpu_mem_used_bytes_max", "bytes", "GPU memory in use (NVML, all processes), maximum"),
+    ("gpu_power_w_mean", "W", "GPU board power while training, mean"),
+    ("gpu_temp_c_max", "°C", "GPU temperature while training, maximum"),
+    ("gpu_sm_clock_mhz_mean", "MHz", "GPU SM clock while training, mean"),
+    ("cpu_temp_c_max", "°C", "CPU temperature while training, maximum (where the OS exposes it)"),
+    ("rss_bytes_max", "bytes", "resident memory of the process while training, maximum sample"),
+    ("threads_max", "threads", "threads of the process while training, maximum"),
+    ("processes_max", "processes", "processes on the machine while training, maximum"),
+    ("telemetry_samples", "samples", "telemetry samples taken while training"),
+    ("telemetry_interval_s", "s", "seconds between telemetry samples"),
+    ("telemetry_missing", "", "telemetry sources that could not be read, with the reason"),
+)
+
+
+def _energy(prefix: str, region: str) -> tuple[Column, ...]:
+    return _group(
+        (f"{prefix}_energy_window_s", "s", f"length of the {region} energy window"),
+        (f"{prefix}_gpu_energy_j", "J", f"GPU energy of the {region} (NVML counter, or power x time)"),
+        (f"{prefix}_cpu_package_energy_j", "J", f"CPU package energy of the {region} (RAPL)"),
+        (f"{prefix}_energy_j", "J", f"energy of the {region} on the configuration's device"),
+        (f"{prefix}_energy_j_per_sample", "J", f"{prefix}_energy_j per sample processed"),
+        (f"{prefix}_energy_method", "", "how the device's energy was obtained"),
+        (f"{prefix}_energy_unmeasurable", "", f"why a part of the {region} energy could not be measured"),
+    )
+
+
+ENERGY = _energy("train", "training loop") + _energy("infer", "working-batch latency repeats")
+
+GROUPS: dict[str, tuple[Column, ...]] = {
+    "identity": IDENTITY, "settings": SETTINGS, "data": DATA, "training": TRAINING, "evaluation": EVALUATION,
+    "latency": LATENCY, "memory": MEMORY, "model": MODEL, "work": WORK, "roofline": ROOF, "telemetry": TELEMETRY,
+    "energy": ENERGY,
+}
+COLUMNS: dict[str, Column] = {c.name: c for group in GROUPS.values() for c in group}
+COLUMN_NAMES: tuple[str, ...] = tuple(COLUMNS)
+# Columns every row has, a failure row included: what identifies a configuration and how it ended.
+REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in IDENTITY if c.name not in (
+    "device_name", "error", "manifest_id", "finished_utc", "duration_s"))
+# Columns a reader adds beside the stored ones (never written to a row file).
+READER_COLUMNS: dict[str, Column] = {"results_dir": Column("results_dir", "", "results folder the row was read from")}
+
+
+def names(group: tuple[Column, ...]) -> tuple[str, ...]:
+    return tuple(c.name for c in group)
+
+
+def unknown_columns(row_keys: list[str] | tuple[str, ...] | set[str]) -> list[str]:
+    """Keys of a row that the schema does not list (a writer's bug, or a hand-edited file)."""
+    return sorted(k for k in row_keys if k not in COLUMNS)

@@ -1,0 +1,155 @@
+"""The package's shape: layers that import only downward, no import cycle, one training step, torch-free specs.
+
+Imports are read from the source (every ``import`` statement, function-level and TYPE_CHECKING ones
+included), so a lazy import cannot hide a cycle or an upward dependency.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "benchlib"
+
+# Lower numbers sit lower; a module may import its own subpackage and any lower layer, nothing else.
+# Subpackages that share a rank are siblings and may not import each other.
+LAYERS: dict[str, int] = {
+    "_version": 0, "errors": 0,
+    "store": 1,
+    "spec": 2,
+    "env": 3,
+    "data": 4, "nets": 4, "instruments": 4,
+    "engine": 5, "roofline": 5,
+    "run": 6, "report": 6,
+    "pipeline": 7,
+    "cli": 8,
+    "__main__": 9, "__init__": 9,
+}
+MAX_MODULE_LINES = 470
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom, modules: set[str]) -> list[str]:
+    """The modules a ``from ... import ...`` reaches: a submodule it names, else the module it names."""
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = module.split(".")
+        anchor = parts if is_package else parts[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join(anchor + ([node.module] if node.module else []))
+    submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules]
+    return submodules if len(submodules) == len(node.names) else [base, *submodules]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the benchlib modules it imports (anywhere in its source)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                targets.update(_resolve(name, path.name == "__init__.py", node, set(modules)))
+        # a module always runs after the packages that hold it: an import of one is no dependency
+        ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {t for t in targets if t in modules and t != name and t not in ancestors}
+    return graph
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def test_every_module_belongs_to_a_layer():
+    assert {layer_of(m) for m in _modules()} <= set(LAYERS)
+
+
+def test_imports_point_down_between_layers():
+    upward = []
+    for module, targets in import_graph().items():
+        for target in targets:
+            a, b = layer_of(module), layer_of(target)
+            if a == b or target == "benchlib":
+                continue
+            if LAYERS[b] >= LAYERS[a]:
+                upward.append(f"{module} -> {target} ({a} rank {LAYERS[a]} imports {b} rank {LAYERS[b]})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("layer", ["spec", "store"])
+def test_specs_and_the_store_do_not_import_torch(layer):
+    offenders = []
+    for name, path in _modules().items():
+        if layer_of(name) != layer:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{name}: {n}" for n in names if n.split(".")[0] in ("torch", "torchvision", "numpy")]
+    assert not offenders
+
+
+def test_the_facade_exports_what_it_lists():
+    import benchlib
+
+    assert set(benchlib.__all__) == {"__version__", *benchlib._API}
+    for name in benchlib.__all__:
+        assert getattr(benchlib, name) is not None, name
+
+
+def test_backward_is_called_in_exactly_one_place_outside_flop_counting():
+    """One training step: measuring, tuning and profiling all train through benchlib.engine.step.train_step."""
+    calls = []
+    for name, path in _modules().items():
+        if name == "benchlib.nets.flops":  # counting the FLOPs of a backward pass runs one
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\.backward\(", line) and not line.lstrip().startswith("#"):
+                calls.append(f"{name}:{i}")
+    assert len(calls) == 1 and calls[0].startswith("benchlib.engine.step:"), calls
+
+
+def test_modules_stay_small():
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, long
