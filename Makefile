@@ -1,13 +1,13 @@
 # benchlib: two commands do everything on a fresh machine.
 #   make report  -> creates .venv if missing, runs params/default.yaml, writes reports/index.html
-#   make test    -> creates .venv if missing, runs the test suite
+#   make test    -> creates .venv if missing, runs ruff, mypy and the test suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STUDY ?= params/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: install report test clean-reports
+.PHONY: install report test lint clean-reports
 
 install: $(VENV)/.benchlib-installed
 
@@ -23,8 +23,13 @@ report: install
 	$(VENV)/bin/benchlib study $(STUDY)
 	@echo "Open reports/index.html"
 
-test: install
+test: install lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Lint and import order (ruff), types (mypy: strict on spec/, instruments/, roofline/, store/).
+lint: install
+	$(VENV)/bin/ruff check benchlib tests benchmarks
+	$(VENV)/bin/mypy
 
 clean-reports:
 	rm -rf reports/*/ reports/index.html

@@ -31,7 +31,31 @@ _API: dict[str, str] = {
     # read results back
     "read_results": "benchlib.store.rows", "ResultsLayout": "benchlib.store.layout",
 }
-__all__ = ["__version__", *_API]
+__all__ = [
+    "PRESETS",
+    "Ceilings",
+    "Knobs",
+    "Measurement",
+    "ResultsLayout",
+    "RunConfig",
+    "RunSettings",
+    "StudyConfig",
+    "Variant",
+    "__version__",
+    "apply_threads",
+    "collect_manifest",
+    "load_study",
+    "measure",
+    "measure_ceilings",
+    "parse_search_space",
+    "parse_variant",
+    "read_results",
+    "record",
+    "record_profile",
+    "run_pair",
+    "settings_from_params",
+    "tune_pair",
+]
 
 if TYPE_CHECKING:
     from .env.manifest import collect_manifest

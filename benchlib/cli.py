@@ -12,11 +12,14 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from .errors import BenchlibError, ConfigError
+
+if TYPE_CHECKING:
+    from .spec.settings import RunConfig
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURES = 1
@@ -44,7 +47,10 @@ def _cmd_study(args: argparse.Namespace) -> int:
         raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
     pair = getattr(args, "pair", None)
     if pair is not None and not 0 <= pair < len(cfg.pairs()):
-        raise ConfigError(f"command line: --pair {pair}; allowed: 0..{len(cfg.pairs()) - 1} ({len(cfg.pairs())} pairs in {args.params})")
+        raise ConfigError(
+            f"command line: --pair {pair}; allowed: 0..{len(cfg.pairs()) - 1} "
+            f"({len(cfg.pairs())} pairs in {args.params})"
+        )
     outcome = run_study(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
                         cell_timeout_s=args.cell_timeout, fresh=args.fresh, only_pair=pair,
                         summary=not getattr(args, "no_summary", False))
@@ -162,7 +168,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if row is None:  # data-parallel rank > 0: rank 0 reports
         return 0
     if args.json:
-        print(json.dumps(row, default=str, allow_nan=False) if _finite(row) else json.dumps(_nan_to_none(row), default=str))
+        print(
+            json.dumps(row, default=str, allow_nan=False)
+            if _finite(row)
+            else json.dumps(_nan_to_none(row), default=str)
+        )
     else:
         for key in ("status", "error", "device_name", "train_samples_per_s", "train_step_s_median", "epoch_s",
                     "test_accuracy", "latency_ms_p50", "batch_latency_ms_p50", "peak_rss_bytes"):
@@ -192,7 +202,10 @@ def _finite(row: dict[str, Any]) -> bool:
 
 
 def _nan_to_none(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))) else v) for k, v in row.items()}
+    return {
+        k: (None if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))) else v)
+        for k, v in row.items()
+    }
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -213,7 +226,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.results_dirs]
     for d in dirs:
         if not (d / "rows").is_dir():
-            raise ConfigError(f"results folder '{d}' has no rows/ folder; give folders written by benchlib, e.g. results/default")
+            raise ConfigError(
+                f"results folder '{d}' has no rows/ folder; give folders written by benchlib, e.g. results/default"
+            )
     name = args.name or (dirs[0].name if len(dirs) == 1 else "merged")
     out = summarize(dirs, Path(args.reports_root) / name, title=f"benchlib report: {name}")
     print(out)
@@ -244,7 +259,9 @@ def _cmd_flops(args: argparse.Namespace) -> int:
         for key, value in c.as_dict().items():
             print(f"{key:>28}: {value}")
     if args.layers:
-        table = layer_table(build_model(args.model, args.num_classes), args.image_size, batch_size=args.batch_size, dtype=dtype)
+        table = layer_table(
+            build_model(args.model, args.num_classes), args.image_size, batch_size=args.batch_size, dtype=dtype
+        )
         print(table.to_string(index=False), file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -296,10 +313,15 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--threads", type=int)
     p.add_argument("--num-workers", dest="num_workers", type=int)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any run setting, e.g. --set pretrained=true")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any run setting, e.g. --set pretrained=true"
+    )
     p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
-    p.add_argument("--variant", help="a variant preset: cpu-default, cpu-quantized, cpu-compiled, cpu-tuned, gpu-default, "
-                                     "gpu-amp, gpu-bf16, gpu-channels-last, gpu-compiled, gpu-tuned")
+    p.add_argument(
+        "--variant",
+        help="a variant preset: cpu-default, cpu-quantized, cpu-compiled, cpu-tuned, gpu-default, "
+        "gpu-amp, gpu-bf16, gpu-channels-last, gpu-compiled, gpu-tuned",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -343,8 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", default="results/adhoc")
     p.add_argument("--no-save", action="store_true", help="print only, write no results files")
     p.add_argument("--json", action="store_true", help="print the row as one JSON object")
-    p.add_argument("--nproc-per-node", type=int, default=1,
-                   help="data-parallel processes (DDP through torchrun; gloo on CPU, NCCL on GPUs); the batch is global")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        help="data-parallel processes (DDP through torchrun; gloo on CPU, NCCL on GPUs); the batch is global",
+    )
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("profile", help="profile training steps of one configuration with torch.profiler")

@@ -13,7 +13,7 @@ RANDOM=${SEED:-1}
 BL=.venv/bin/benchlib
 PY=.venv/bin/python
 WORK=$(mktemp -d /tmp/benchlib-drill.XXXXXX)
-STUDY=$($PY -c "from benchlib.config import load_study; print(load_study('$PARAMS').study)")
+STUDY=$($PY -c "from benchlib.spec.study import load_study; print(load_study('$PARAMS').study)")
 echo "[drill] study '$STUDY' from $PARAMS, $KILLS kills, work folder $WORK"
 
 t0=$(date +%s)
@@ -44,7 +44,7 @@ $PY - "$WORK/ref/results/$STUDY" "$WORK/drill/results/$STUDY" <<'PYEOF'
 import json, sys
 from collections import Counter
 from pathlib import Path
-from benchlib.results import read_results
+from benchlib.store.rows import read_results
 
 ref, drill = (Path(p) for p in sys.argv[1:3])
 ref_ids = set(read_results([ref])["run_id"])

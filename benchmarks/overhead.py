@@ -16,11 +16,12 @@ import time
 import torch
 from torch import nn
 
-from benchlib.config import RunConfig, RunSettings
-from benchlib.loaders import build_loaders
-from benchlib.models import build_model
-from benchlib.runner import measure, seed_everything
-from benchlib.threads import apply_threads
+from benchlib.data.loaders import build_loaders
+from benchlib.engine.setup import seed_everything
+from benchlib.env.threads import apply_threads
+from benchlib.nets.models import build_model
+from benchlib.run.measure import measure
+from benchlib.spec.settings import RunConfig, RunSettings
 
 
 def bare_loop(model_name: str, batch_size: int, warmup: int, steps: int, settings: RunSettings) -> float:
@@ -62,10 +63,14 @@ def main() -> None:
                            infer_warmup_batches=1)
     bench, bare = [], []
     for r in range(args.rounds):
-        row, _ = measure(RunConfig("overhead", "cpu", args.model, args.batch_size, settings))
-        bench.append(row["train_samples_per_s"])
+        measured = measure(RunConfig("overhead", "cpu", args.model, args.batch_size, settings))
+        assert measured is not None
+        bench.append(measured.row["train_samples_per_s"])
         bare.append(bare_loop(args.model, args.batch_size, args.warmup, args.steps, settings))
-        print(f"round {r + 1}/{args.rounds}: benchlib {bench[-1]:.1f} samples/s, bare {bare[-1]:.1f} samples/s", flush=True)
+        print(
+            f"round {r + 1}/{args.rounds}: benchlib {bench[-1]:.1f} samples/s, bare {bare[-1]:.1f} samples/s",
+            flush=True,
+        )
     ratio = statistics.median(bench) / statistics.median(bare)
     print(json.dumps({"model": args.model, "batch_size": args.batch_size, "steps": args.steps,
                       "threads": torch.get_num_threads(), "benchlib_samples_per_s": bench,

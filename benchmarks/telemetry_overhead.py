@@ -1,7 +1,7 @@
 """Training throughput with the telemetry sampler running against without it, on the same work.
 
 Same model, batch, data (digits at 32x32), steps and threads in both arms; the "with" arm wraps
-``benchlib.runner.measure`` in a ``TelemetrySampler`` at 100 ms. Arms alternate, and their order flips
+``benchlib.run.measure.measure`` in a ``TelemetrySampler`` at 100 ms. Arms alternate, and their order flips
 every round (ABBA), so drift on a shared machine hits both; each round's with/without ratio is printed
 with the load average, since other work on the machine moves throughput far more than 1%. Also prints
 the cost of one sample taken in the foreground: the sampler's share of one core, free of that noise.
@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from benchlib.config import RunConfig, RunSettings
-from benchlib.runner import measure
-from benchlib.telemetry import DEFAULT_INTERVAL_S, TelemetrySampler
-from benchlib.threads import apply_threads
+from benchlib.env.threads import apply_threads
+from benchlib.instruments.telemetry import DEFAULT_INTERVAL_S, TelemetrySampler
+from benchlib.run.measure import measure
+from benchlib.spec.settings import RunConfig, RunSettings
 
 TARGET_SLOWDOWN = 0.01
 
@@ -45,11 +45,13 @@ def sample_cost_s(interval_s: float, repeats: int = 200) -> float:
 def train_samples_per_s(cfg: RunConfig, interval_s: float | None) -> tuple[float, int | None]:
     """Training throughput of one measure() call, with the sampler running when ``interval_s`` is given."""
     if interval_s is None:
-        row, _ = measure(dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, telemetry=False)))
-        return row["train_samples_per_s"], None
+        quiet = measure(dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, telemetry=False)))
+        assert quiet is not None
+        return quiet.row["train_samples_per_s"], None
     settings = dataclasses.replace(cfg.settings, telemetry=True, telemetry_interval_s=interval_s)
-    row, _ = measure(dataclasses.replace(cfg, settings=settings))  # measure's own sampler, as every run has
-    return row["train_samples_per_s"], row["telemetry_samples"]
+    sampled = measure(dataclasses.replace(cfg, settings=settings))  # measure's own sampler, as every run has
+    assert sampled is not None
+    return sampled.row["train_samples_per_s"], sampled.row["telemetry_samples"]
 
 
 def main() -> None:

@@ -24,18 +24,19 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from benchlib.datasets import load_dataset
-from benchlib.devices import cpu_model_name
-from benchlib.models import build_model
-from benchlib.quantize import (
+from benchlib.data.datasets import load_dataset
+from benchlib.engine.knobs import compile_model, compile_seconds, unsupported_reason
+from benchlib.env.devices import cpu_model_name
+from benchlib.env.threads import apply_threads
+from benchlib.instruments.timing import Samples
+from benchlib.nets.models import build_model
+from benchlib.nets.quantize import (
     count_quantized_modules,
     model_size_on_disk_bytes,
     quantize_dynamic_linear,
     quantize_static_int8,
 )
-from benchlib.threads import apply_threads
-from benchlib.timing import Samples
-from benchlib.variants import PRESETS, compile_model, compile_seconds, unsupported_reason
+from benchlib.spec.variants import PRESETS
 
 
 def log(msg: str) -> None:
@@ -70,7 +71,9 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float,
 
 
 @torch.inference_mode()
-def interleaved_latency(models: dict[str, nn.Module], batch: torch.Tensor, warmup: int, repeats: int) -> dict[str, Samples]:
+def interleaved_latency(
+    models: dict[str, nn.Module], batch: torch.Tensor, warmup: int, repeats: int
+) -> dict[str, Samples]:
     """Seconds per forward of ``batch`` for each model, one repeat of each in turn."""
     for m in models.values():
         for _ in range(warmup):
@@ -101,13 +104,13 @@ def compile_vs_eager_training(weights: nn.Module, batches: list[tuple[torch.Tens
     ``cold_cache`` disables inductor's on-disk caches so compile_s is what a first run pays; with
     a warm cache (a second run on the same machine) it is mostly the cache lookup.
     """
-    reason = unsupported_reason(PRESETS["cpu-compiled"], "cpu", training=True)
+    reason = unsupported_reason(PRESETS["cpu-compiled"].knobs, "cpu", training=True)
     if reason:
         return {"skipped": reason}
     torch.compiler.config.force_disable_caches = cold_cache
     eager = copy.deepcopy(weights).train()
     compiled_src = copy.deepcopy(weights).train()
-    compiled, wrap_s = compile_model(compiled_src, PRESETS["cpu-compiled"])
+    compiled, wrap_s = compile_model(compiled_src, PRESETS["cpu-compiled"].knobs)
     runs: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {
         "eager": (eager, torch.optim.SGD(eager.parameters(), lr=0.01, momentum=0.9)),
         "compiled": (compiled, torch.optim.SGD(compiled_src.parameters(), lr=0.01, momentum=0.9)),
@@ -181,23 +184,40 @@ def main(argv: list[str] | None = None) -> dict:
     acc_fp32, pred_fp32 = accuracy(model, x_test, y_test)
     acc_int8, pred_int8 = accuracy(int8, x_test, y_test)
     acc_dyn, _ = accuracy(dynamic, x_test, y_test)
-    result["accuracy"] = {"test_samples": len(y_test), "fp32": acc_fp32, "static_int8": acc_int8, "dynamic_int8": acc_dyn,
-                          "accuracy_drop_pts": (acc_fp32 - acc_int8) * 100,
-                          "argmax_agreement": float((pred_fp32 == pred_int8).float().mean())}
+    result["accuracy"] = {
+        "test_samples": len(y_test),
+        "fp32": acc_fp32,
+        "static_int8": acc_int8,
+        "dynamic_int8": acc_dyn,
+        "accuracy_drop_pts": (acc_fp32 - acc_int8) * 100,
+        "argmax_agreement": float((pred_fp32 == pred_int8).float().mean()),
+    }
     log(f"test accuracy fp32 {acc_fp32:.4f}, static int8 {acc_int8:.4f}, dynamic {acc_dyn:.4f}")
-    result["quantization"] = {"flow": "torch.ao FX graph mode, qconfig mapping x86", "quantize_s": quantize_s,
-                              "calibration_images": sum(len(c) for c in calibration),
-                              "modules_fp32": count_quantized_modules(model), "modules_int8": count_quantized_modules(int8)}
-    result["size_on_disk_bytes"] = {"fp32": model_size_on_disk_bytes(model), "static_int8": model_size_on_disk_bytes(int8),
-                                    "dynamic_int8": model_size_on_disk_bytes(dynamic)}
-    result["size_on_disk_bytes"]["int8_over_fp32"] = result["size_on_disk_bytes"]["static_int8"] / result["size_on_disk_bytes"]["fp32"]
+    result["quantization"] = {
+        "flow": "torch.ao FX graph mode, qconfig mapping x86",
+        "quantize_s": quantize_s,
+        "calibration_images": sum(len(c) for c in calibration),
+        "modules_fp32": count_quantized_modules(model),
+        "modules_int8": count_quantized_modules(int8),
+    }
+    result["size_on_disk_bytes"] = {
+        "fp32": model_size_on_disk_bytes(model),
+        "static_int8": model_size_on_disk_bytes(int8),
+        "dynamic_int8": model_size_on_disk_bytes(dynamic),
+    }
+    result["size_on_disk_bytes"]["int8_over_fp32"] = (
+        result["size_on_disk_bytes"]["static_int8"] / result["size_on_disk_bytes"]["fp32"]
+    )
 
     models = {"fp32": model, "static_int8": int8, "dynamic_int8": dynamic}
     latency: dict = {}
     for bs in (1, args.batch_size):
         batch = x_test[:bs].contiguous()
         latency[f"32px_bs{bs}"] = latency_block(models, batch, args.warmup, args.repeats)
-        log(f"latency 32px batch {bs}: " + ", ".join(f"{k} {v['median_ms']:.2f} ms" for k, v in latency[f"32px_bs{bs}"].items()))
+        log(
+            f"latency 32px batch {bs}: "
+            + ", ".join(f"{k} {v['median_ms']:.2f} ms" for k, v in latency[f"32px_bs{bs}"].items())
+        )
     for px in args.sizes:
         # Same trained weights (resnet18 pools adaptively); int8 recalibrated on the upscaled images.
         big_calib = upscaled(calibration[:2], px)
@@ -205,7 +225,10 @@ def main(argv: list[str] | None = None) -> dict:
         batch = upscaled([x_test[:args.large_batch]], px)[0]
         block = latency_block({"fp32": model, "static_int8": int8_big}, batch, 3, max(5, args.repeats // 3))
         latency[f"{px}px_bs{args.large_batch}"] = block
-        log(f"latency {px}px batch {args.large_batch}: " + ", ".join(f"{k} {v['median_ms']:.1f} ms" for k, v in block.items()))
+        log(
+            f"latency {px}px batch {args.large_batch}: "
+            + ", ".join(f"{k} {v['median_ms']:.1f} ms" for k, v in block.items())
+        )
     result["latency"] = latency
 
     log("compile vs eager training (same weights, same batches, interleaved)")

@@ -34,11 +34,19 @@ def test_python_dash_m_and_exit_code():
     proc = subprocess.run([sys.executable, "-m", "benchlib", "study", "/nonexistent.yaml"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "benchlib: error: /nonexistent.yaml: params file not found; give a YAML file such as params/default.yaml"
+    assert (
+        proc.stderr.strip()
+        == "benchlib: error: /nonexistent.yaml: params file not found; give a YAML file such as params/default.yaml"
+    )
 
 
 def test_flops_json(capsys):
-    assert main(["flops", "--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--json"]) == 0
+    assert (
+        main(
+            ["flops", "--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--json"]
+        )
+        == 0
+    )
     c = json.loads(capsys.readouterr().out)
     for key in ("macs_per_sample", "flops_per_sample", "train_flops_per_sample", "params", "model_size_bytes",
                 "activation_bytes_per_sample", "bytes_per_sample", "train_bytes_per_sample", "arithmetic_intensity",

@@ -129,7 +129,9 @@ def test_debug_shows_traceback(tmp_path):
 
 
 def test_yaml_exponent_without_dot_is_a_number(tmp_path):
-    path = _write(tmp_path, "study: t\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\nlr: 1e-3\nweight_decay: 5E-4\n")
+    path = _write(
+        tmp_path, "study: t\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\nlr: 1e-3\nweight_decay: 5E-4\n"
+    )
     cfg = load_study(path)
     assert cfg.settings.lr == 0.001 and cfg.settings.weight_decay == 0.0005
 
@@ -140,18 +142,24 @@ def test_settings_types_are_coerced():
     assert s == RunSettings(lr=1.0, weight_decay=0.0)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["run", "--model", "vgg16"], "--model 'vgg16' is unknown; allowed: resnet18"),
-    (["run", "--model", "resnet18", "--batch-size", "0"], "--batch-size 0; allowed: integers >= 1"),
-    (["run", "--model", "resnet18", "--device", "cuda"], "hardware 'cuda' is not present"),
-    (["run", "--model", "resnet18", "--device", "tpu"], "unknown hardware 'tpu'; allowed: cpu, cuda, cuda:N, mps, auto"),
-    (["run", "--model", "resnet18", "--data", "tinyimagenet"], "key 'data_path' is missing"),
-    (["run", "--model", "resnet18", "--data", "imagefolder", "--data-path", "/no/such/dir"], "/no/such/dir"),
-    (["run", "--model", "resnet18", "--set", "lr"], "--set 'lr': expected KEY=VALUE"),
-    (["run", "--model", "resnet18", "--set", "colour=red"], "unknown key 'colour'"),
-    (["run", "--model", "resnet18", "--steps", "0"], "key 'train_steps' is 0"),
-    (["report", "/no/such/results"], "results folder '/no/such/results' has no rows/ folder"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["run", "--model", "vgg16"], "--model 'vgg16' is unknown; allowed: resnet18"),
+        (["run", "--model", "resnet18", "--batch-size", "0"], "--batch-size 0; allowed: integers >= 1"),
+        (["run", "--model", "resnet18", "--device", "cuda"], "hardware 'cuda' is not present"),
+        (
+            ["run", "--model", "resnet18", "--device", "tpu"],
+            "unknown hardware 'tpu'; allowed: cpu, cuda, cuda:N, mps, auto",
+        ),
+        (["run", "--model", "resnet18", "--data", "tinyimagenet"], "key 'data_path' is missing"),
+        (["run", "--model", "resnet18", "--data", "imagefolder", "--data-path", "/no/such/dir"], "/no/such/dir"),
+        (["run", "--model", "resnet18", "--set", "lr"], "--set 'lr': expected KEY=VALUE"),
+        (["run", "--model", "resnet18", "--set", "colour=red"], "unknown key 'colour'"),
+        (["run", "--model", "resnet18", "--steps", "0"], "key 'train_steps' is 0"),
+        (["report", "/no/such/results"], "results folder '/no/such/results' has no rows/ folder"),
+    ],
+)
 def test_bad_command_lines(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err

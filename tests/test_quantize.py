@@ -108,7 +108,10 @@ def test_int8_predictions_agree_with_the_same_trained_weights(trained_resnet18, 
 
 
 def test_int8_resnet18_is_under_0_4x_of_fp32_on_disk(trained_resnet18, quantized_resnet18):
-    fp32_bytes, int8_bytes = model_size_on_disk_bytes(trained_resnet18), model_size_on_disk_bytes(quantized_resnet18.model)
+    fp32_bytes, int8_bytes = (
+        model_size_on_disk_bytes(trained_resnet18),
+        model_size_on_disk_bytes(quantized_resnet18.model),
+    )
     assert fp32_bytes > 4 * 11_000_000  # 11.2 M parameters in fp32
     assert int8_bytes < 0.4 * fp32_bytes
 

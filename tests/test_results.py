@@ -17,8 +17,17 @@ from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 def _row(**kw):
     row = {c: None for c in ROW_COLUMNS}
-    row.update(study="s", run_id="cpu__resnet18__bs8__default__fp32__seed0", machine="m1", hardware="cpu",
-               model="resnet18", batch_size=8, status="ok", train_samples_per_s=100.0, finished_utc="2026-01-01T00:00:00")
+    row.update(
+        study="s",
+        run_id="cpu__resnet18__bs8__default__fp32__seed0",
+        machine="m1",
+        hardware="cpu",
+        model="resnet18",
+        batch_size=8,
+        status="ok",
+        train_samples_per_s=100.0,
+        finished_utc="2026-01-01T00:00:00",
+    )
     row.update(kw)
     return row
 

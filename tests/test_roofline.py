@@ -112,7 +112,9 @@ def test_tf32_switch_follows_the_new_api_when_the_caller_uses_it() -> None:
 
 def test_roof_is_bandwidth_bound_left_of_the_ridge_and_flat_right_of_it() -> None:
     left, right = RIDGE / 10, RIDGE * 10
-    assert rl.roof_flops_per_s(left, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == pytest.approx(left * BANDWIDTH_BYTES_PER_S)
+    assert rl.roof_flops_per_s(left, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == pytest.approx(
+        left * BANDWIDTH_BYTES_PER_S
+    )
     assert rl.roof_flops_per_s(left, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) < PEAK_FLOPS_PER_S
     assert rl.roof_flops_per_s(right, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == PEAK_FLOPS_PER_S
     assert rl.roof_flops_per_s(RIDGE, PEAK_FLOPS_PER_S, BANDWIDTH_BYTES_PER_S) == pytest.approx(PEAK_FLOPS_PER_S)

@@ -105,7 +105,9 @@ def test_default_study_points_lie_under_their_roofs(tmp_path):
         row = record(RunConfig("default", "cpu", model, cfg.batch_sizes[0], settings), tmp_path, progress=None)
         assert row["status"] == "ok"
         assert row["flops_per_sample"] == pytest.approx(2 * row["macs_per_sample"], rel=0.1)
-        assert row["achieved_train_flops_per_s"] == pytest.approx(row["train_flops_per_sample"] * row["train_samples_per_s"])
+        assert row["achieved_train_flops_per_s"] == pytest.approx(
+            row["train_flops_per_sample"] * row["train_samples_per_s"]
+        )
         assert 0 < row["roof_fraction"] <= 1.05 and 0 < row["infer_roof_fraction"] <= 1.05
         assert row["above_roof"] is False
         assert row["roof_dtype"] == "fp32" and row["roof_peak_flops_per_s"] > 0

@@ -54,7 +54,9 @@ def test_region_clock():
     assert clock.seconds >= 0.01
 
 
-@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu), pytest.param("mps", marks=pytest.mark.mps)])
+@pytest.mark.parametrize(
+    "device", [pytest.param("cuda", marks=pytest.mark.gpu), pytest.param("mps", marks=pytest.mark.mps)]
+)
 def test_step_timer_events_match_asynchronous_work(device):
     """Asynchronous GPU work must land inside the timed region (CUDA events, MPS synchronization)."""
     dev = torch.device(device)

@@ -18,7 +18,9 @@ def _params(tmp_path, tune):
 
 @pytest.mark.notebook
 def test_tune_command_runs_the_notebook_and_exports(tmp_path):
-    params = _params(tmp_path, {"n_trials": 2, "seed": 1, "search_space": {"batch_size": [8, 16], "lr": {"low": 0.001, "high": 0.1}}})
+    params = _params(
+        tmp_path, {"n_trials": 2, "seed": 1, "search_space": {"batch_size": [8, 16], "lr": {"low": 0.001, "high": 0.1}}}
+    )
     code = main(["tune", str(params), "--results-root", str(tmp_path / "r"), "--reports-root", str(tmp_path / "rep")])
     assert code == 0
     exported = yaml.safe_load((tmp_path / "r" / "tn" / "tuning" / "cpu-tuned.yaml").read_text())

@@ -47,7 +47,9 @@ def _write_tuned(tmp_path, preset: str, text: str):
 def test_every_preset_parses(name):
     v = parse_variant(name, "p.yaml")
     assert v.name == name and v == PRESETS[name]
-    assert v.knobs.precision in PRECISIONS and v.knobs.memory_format in MEMORY_FORMATS and v.knobs.compile in COMPILE_MODES
+    assert (
+        v.knobs.precision in PRECISIONS and v.knobs.memory_format in MEMORY_FORMATS and v.knobs.compile in COMPILE_MODES
+    )
 
 
 @pytest.mark.parametrize("name", ["cpu-tuned", "gpu-tuned"])
@@ -124,13 +126,20 @@ def test_tuned_file_loads_knobs_and_run_setting_overrides(tmp_path):
     _write_tuned(tmp_path, "cpu-tuned", "precision: amp_bf16\nmemory_format: channels_last\nthreads: 2\n"
                                        "batch_size: 128\nlr: 0.02\noptimizer: adam\nweight_decay: 0.0001\n")
     v = parse_variant("cpu-tuned", "p.yaml", tuned_params_dir=tmp_path)
-    assert (v.name, v.knobs.precision, v.knobs.memory_format, v.knobs.threads) == ("cpu-tuned", "amp_bf16", "channels_last", 2)
+    assert (v.name, v.knobs.precision, v.knobs.memory_format, v.knobs.threads) == (
+        "cpu-tuned",
+        "amp_bf16",
+        "channels_last",
+        2,
+    )
     assert v.overrides == {"batch_size": 128, "lr": 0.02, "optimizer": "adam", "weight_decay": 0.0001}
 
 
 def test_tuned_file_with_an_unknown_key_is_refused(tmp_path):
     _write_tuned(tmp_path, "gpu-tuned", "precision: amp_fp16\nbatchsize: 64\n")
-    with pytest.raises(ConfigError, match=r"gpu-tuned.yaml: unknown variant key 'batchsize' \(did you mean 'batch_size'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"gpu-tuned.yaml: unknown variant key 'batchsize' \(did you mean 'batch_size'\?\)"
+    ):
         parse_variant("gpu-tuned", "p.yaml", tuned_params_dir=tmp_path)
 
 

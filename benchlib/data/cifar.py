@@ -46,7 +46,7 @@ def _cifar_numpy_globals() -> dict[tuple[str, str], Any]:
         allowed[(module, "_reconstruct")] = multiarray._reconstruct
         allowed[(module, "scalar")] = multiarray.scalar
     for module in ("numpy.core.numeric", "numpy._core.numeric"):
-        allowed[(module, "_frombuffer")] = numeric._frombuffer
+        allowed[(module, "_frombuffer")] = numeric._frombuffer  # type: ignore[attr-defined]
     for builtin in (list, dict, tuple, set, frozenset, bytes, bytearray, str, int, float, bool, complex):
         allowed[("builtins", builtin.__name__)] = builtin
     return allowed

@@ -8,6 +8,7 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,8 +58,8 @@ class SyntheticBatches:
 
 @dataclass
 class Loaders:
-    train: DataLoader | SyntheticBatches
-    test: DataLoader | SyntheticBatches
+    train: DataLoader[Any] | SyntheticBatches
+    test: DataLoader[Any] | SyntheticBatches
     num_classes: int
     train_samples: int
     test_samples: int
@@ -81,20 +82,25 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: 
         return Loaders(train, test, s.synthetic_classes, len(train) * batch_size, len(test) * batch_size, True)
     splits = load_dataset(s.dataset, s.data_path, s.image_size, train_subset=s.train_subset,
                           test_subset=s.test_subset, seed=s.seed, augment=s.augment)
-    common = dict(num_workers=s.num_workers, pin_memory=s.pin_memory and device.type == "cuda",
-                  persistent_workers=s.persistent_workers and s.num_workers > 0,
-                  worker_init_fn=seed_worker if s.num_workers > 0 else None)
+    common: dict[str, Any] = dict(num_workers=s.num_workers, pin_memory=s.pin_memory and device.type == "cuda",
+                                  persistent_workers=s.persistent_workers and s.num_workers > 0,
+                                  worker_init_fn=seed_worker if s.num_workers > 0 else None)
+    train_loader: DataLoader[Any]
     if world > 1:
-        sampler = DistributedSampler(splits.train, num_replicas=world, rank=rank, shuffle=True, seed=s.seed, drop_last=True)
-        train = DataLoader(splits.train, batch_size=batch_size, sampler=sampler, drop_last=True, **common)
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            splits.train, num_replicas=world, rank=rank, shuffle=True, seed=s.seed, drop_last=True
+        )
+        train_loader = DataLoader(splits.train, batch_size=batch_size, sampler=sampler, drop_last=True, **common)
     else:
-        train = DataLoader(splits.train, batch_size=batch_size, shuffle=True, drop_last=True,
-                           generator=torch.Generator().manual_seed(s.seed), **common)
-    test = DataLoader(splits.test, batch_size=batch_size, shuffle=False, drop_last=False, **common)
-    return Loaders(train, test, splits.num_classes, len(train) * batch_size, len(splits.test), False)
+        train_loader = DataLoader(splits.train, batch_size=batch_size, shuffle=True, drop_last=True,
+                                  generator=torch.Generator().manual_seed(s.seed), **common)
+    test_loader: DataLoader[Any] = DataLoader(splits.test, batch_size=batch_size, shuffle=False, drop_last=False,
+                                              **common)
+    return Loaders(train_loader, test_loader, splits.num_classes, len(train_loader) * batch_size,
+                   len(test_loader.dataset), False)  # type: ignore[arg-type]  # map-style: sized
 
 
-def batches_per_epoch(loader: DataLoader | SyntheticBatches, max_train_batches: int | None) -> int:
+def batches_per_epoch(loader: DataLoader[Any] | SyntheticBatches, max_train_batches: int | None) -> int:
     n = len(loader)
     return min(n, max_train_batches) if max_train_batches else n
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from importlib.util import find_spec
+from typing import cast
 
 import torch
 from torch import nn
@@ -53,7 +54,9 @@ def _compile_reason(v: Knobs, device_type: str) -> str | None:
     if device_type == "mps":
         return "torch.compile is not run on MPS by benchlib (inductor's Metal backend is a prototype); use compile: off"
     if device_type == "cpu" and shutil.which(_inductor_cxx()) is None:
-        return f"torch.compile on CPU needs the C++ compiler inductor uses ({_inductor_cxx()}, or $CXX): not found on PATH"
+        return (
+            f"torch.compile on CPU needs the C++ compiler inductor uses ({_inductor_cxx()}, or $CXX): not found on PATH"
+        )
     if device_type == "cuda" and find_spec("triton") is None:
         return "torch.compile on CUDA needs triton: pip install triton (it ships with the CUDA wheels of torch)"
     return None
@@ -66,7 +69,8 @@ def unsupported_reason(v: Knobs, device_type: str, *, training: bool) -> str | N
         if device_type != "cpu":
             return "quantized inference runs on CPU only"
         if training:
-            return "quantized variants are inference-only: they are evaluated on the weights of the matching training variant"
+            return ("quantized variants are inference-only: they are evaluated on the weights of the matching "
+                    "training variant")
         engines = torch.backends.quantized.supported_engines
         if not {"x86", "fbgemm", "qnnpack"} & set(engines):
             return f"this torch build has no quantized engine for CPU (supported: {', '.join(engines)})"
@@ -121,7 +125,7 @@ def apply_memory_format(model: nn.Module, v: Knobs) -> nn.Module:
     """Move 4-D weights (in place) to channels_last when the variant asks; inputs follow in the step."""
     if v.memory_format != "channels_last":
         return model
-    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return model.to(memory_format=torch.channels_last)
 
 
 def compile_model(model: nn.Module, v: Knobs) -> tuple[nn.Module, float]:
@@ -136,7 +140,7 @@ def compile_model(model: nn.Module, v: Knobs) -> tuple[nn.Module, float]:
         return model, 0.0
     t0 = time.perf_counter()
     compiled = torch.compile(model, mode=v.compile)
-    return compiled, time.perf_counter() - t0
+    return cast(nn.Module, compiled), time.perf_counter() - t0
 
 
 def compile_seconds(warmup_step_s: Sequence[float], steady_step_s: float) -> float:

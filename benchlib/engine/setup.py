@@ -62,7 +62,9 @@ def build(cfg: RunConfig, device: torch.device, local_batch: int, shard: tuple[i
     model = apply_memory_format(model, s.knobs)
     per_epoch = batches_per_epoch(loaders.train, s.max_train_batches)
     if per_epoch < 1:
-        raise ValueError(f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples")
+        raise ValueError(
+            f"batch size {cfg.batch_size} leaves no full training batch in {loaders.train_samples} samples"
+        )
     return Built(loaders, model, per_epoch)
 
 

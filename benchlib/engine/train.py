@@ -97,8 +97,9 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
         batch_sizes: list[int] = []
         losses: list[torch.Tensor] = []
         sampler = getattr(loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch, the same on every rank
-            sampler.set_epoch(epoch)
+        set_epoch = getattr(sampler, "set_epoch", None)
+        if set_epoch is not None:  # DistributedSampler: a new shuffle each epoch, the same on every rank
+            set_epoch(epoch)
         t.net.train()
         with RegionClock(t.device) as clock:
             batches = iter(loader)

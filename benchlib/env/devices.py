@@ -38,7 +38,9 @@ def resolve_hardware(name: str) -> str:
         return name
     if name == "mps":
         if not mps_available():
-            raise DeviceNotPresentError(f"hardware 'mps' is not present on this machine; available: {', '.join(available_hardware())}")
+            raise DeviceNotPresentError(
+                f"hardware 'mps' is not present on this machine; available: {', '.join(available_hardware())}"
+            )
         return name
     index = cuda_index(name)
     assert index is not None

@@ -146,8 +146,8 @@ def _power_x_time(telemetry: Telemetry, gpu: int, start: float, end: float) -> t
     col = f"gpu{gpu}_power_w"
     frame = telemetry.frame
     if col not in frame or "t_s" not in frame:
-        reason = telemetry.missing.get(col) or telemetry.missing.get("gpu") or "no power column in telemetry"
-        return None, f"power x time: {reason}"
+        missing = telemetry.missing.get(col) or telemetry.missing.get("gpu") or "no power column in telemetry"
+        return None, f"power x time: {missing}"
     t0 = telemetry.start_monotonic_s
     values = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in frame[col]]
     joules, reason = integrate_power_j(frame["t_s"].astype(float).tolist(), values, start - t0, end - t0,
@@ -163,8 +163,10 @@ def gpu_counter_j(start_mj: int, end_mj: int, seconds: float) -> tuple[float | N
     if delta < 0:
         return None, "NVML energy counter went backwards (driver reloaded?)"
     if seconds < NVML_COUNTER_UPDATE_S:
-        return None, (f"window {seconds:.3g} s shorter than the counter's update period (~{NVML_COUNTER_UPDATE_S:g} s): "
-                      "unmeasurable, not 0 J")
+        return None, (
+            f"window {seconds:.3g} s shorter than the counter's update period (~{NVML_COUNTER_UPDATE_S:g} s): "
+            "unmeasurable, not 0 J"
+        )
     if delta == 0:
         return None, f"NVML energy counter did not advance in {seconds:.3g} s: unmeasurable, not 0 J"
     return delta / 1000.0, None

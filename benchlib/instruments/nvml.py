@@ -5,6 +5,8 @@ rather than raised, so a machine without NVML still measures everything else.
 """
 from __future__ import annotations
 
+__all__ = ["NvmlDevices", "is_permanent", "nvml_reason", "pynvml", "visible_nvml_indices"]
+
 import os
 from collections.abc import Sequence
 from typing import Any

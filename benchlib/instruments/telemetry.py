@@ -104,7 +104,10 @@ class Telemetry:
         """
         df = self._rows(phase)
         gpus = gpu_indices_in(self.frame)
-        gpu = lambda metric: [f"gpu{i}_{metric}" for i in gpus]  # noqa: E731
+
+        def gpu(metric: str) -> list[str]:
+            return [f"gpu{i}_{metric}" for i in gpus]
+
         power_cols = [c for c in gpu("power_w") if c in df]
         if power_cols and not df.empty:
             power = df[power_cols].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=len(power_cols))
@@ -132,7 +135,7 @@ class Telemetry:
         }
 
     def to_csv_text(self) -> str:
-        return self.frame.to_csv(index=False)
+        return str(self.frame.to_csv(index=False))
 
 
 

@@ -67,7 +67,9 @@ class StepTimer:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self._use_events = device.type == "cuda" or (device.type == "mps" and hasattr(torch, "mps") and hasattr(torch.mps, "event"))
+        self._use_events = device.type == "cuda" or (
+            device.type == "mps" and hasattr(torch, "mps") and hasattr(torch.mps, "event")
+        )
         self.sync_per_step = device.type == "mps" and not self._use_events
         self._pending: list[tuple[object, object]] = []
         self._host: list[float] = []
@@ -76,7 +78,7 @@ class StepTimer:
 
     def _event(self) -> object:
         if self.device.type == "cuda":
-            return torch.cuda.Event(enable_timing=True)
+            return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         return torch.mps.event.Event(enable_timing=True)
 
     def start(self) -> None:

@@ -322,7 +322,7 @@ class _StrictFlopCountAnalysis(FlopCountAnalysis):
 
     def __init__(self, model: nn.Module, inputs: Any) -> None:
         super().__init__(model, inputs)
-        self._ignored_ops = self._ignored_ops - _FVCORE_ARITHMETIC_IGNORED
+        self._ignored_ops: set[str] = set(self._ignored_ops) - _FVCORE_ARITHMETIC_IGNORED
 
 
 @contextmanager

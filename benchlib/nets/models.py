@@ -20,21 +20,21 @@ from ..spec.vocab import MODELS
 def _head_of(model: nn.Module, name: str) -> tuple[nn.Module, str, nn.Module]:
     """Return (parent module, attribute, layer) of the classifier head to replace."""
     if name.startswith("resnet"):
-        return model, "fc", model.fc
-    if name == "mobilenet_v2":
-        return model.classifier, "1", model.classifier[1]
-    if name == "squeezenet1_1":
-        return model.classifier, "1", model.classifier[1]
-    if name == "densenet121":
-        return model, "classifier", model.classifier
-    raise ConfigError(f"unknown model '{name}'; allowed: {', '.join(MODELS)}")
+        parent, attr = model, "fc"
+    elif name in ("mobilenet_v2", "squeezenet1_1"):
+        parent, attr = model.get_submodule("classifier"), "1"
+    elif name == "densenet121":
+        parent, attr = model, "classifier"
+    else:
+        raise ConfigError(f"unknown model '{name}'; allowed: {', '.join(MODELS)}")
+    return parent, attr, parent.get_submodule(attr)
 
 
 def _new_head(old: nn.Module, num_classes: int) -> nn.Module:
     if isinstance(old, nn.Linear):
         return nn.Linear(old.in_features, num_classes)
     if isinstance(old, nn.Conv2d):  # squeezenet's 1x1 conv classifier
-        return nn.Conv2d(old.in_channels, num_classes, kernel_size=old.kernel_size)
+        return nn.Conv2d(old.in_channels, num_classes, kernel_size=old.kernel_size[:2])  # type: ignore[arg-type]
     raise TypeError(f"cannot replace a classifier head of type {type(old).__name__}")
 
 
@@ -42,10 +42,7 @@ def replace_head(model: nn.Module, name: str, num_classes: int) -> nn.Module:
     """Swap the final classifier for a fresh one with ``num_classes`` outputs."""
     parent, attr, old = _head_of(model, name)
     new = _new_head(old, num_classes)
-    if attr.isdigit():
-        parent[int(attr)] = new
-    else:
-        setattr(parent, attr, new)
+    setattr(parent, attr, new)  # nn.Sequential names its children "0", "1", ...
     return model
 
 
@@ -68,9 +65,13 @@ def _load_weights_file(path: Path, name: str) -> dict[str, torch.Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise WeightsUnavailableError(f"weights file '{path}' cannot be loaded as a plain state_dict (weights_only=True): {first}") from exc
+        raise WeightsUnavailableError(
+            f"weights file '{path}' cannot be loaded as a plain state_dict (weights_only=True): {first}"
+        ) from exc
     if not isinstance(state, dict):
-        raise WeightsUnavailableError(f"weights file '{path}' holds a {type(state).__name__}, not a state_dict of {name}")
+        raise WeightsUnavailableError(
+            f"weights file '{path}' holds a {type(state).__name__}, not a state_dict of {name}"
+        )
     return state
 
 

@@ -63,7 +63,9 @@ def write_index(reports_root: Path) -> Path:
         summary = report.analysis_notebook("summary").with_suffix(".html")
         runs = sorted(report.runs_dir.glob("*.html"))
         profiles = sorted(report.profiles_dir.glob("*.html")) + sorted(report.tune_dir.glob("*.html"))
-        extras = [p for p in (report.analysis_notebook(n).with_suffix(".html") for n in ("sweep", "tune")) if p.exists()]
+        extras = [
+            p for p in (report.analysis_notebook(n).with_suffix(".html") for n in ("sweep", "tune")) if p.exists()
+        ]
         if not summary.exists() and not runs and not profiles:
             continue
         items = "".join(f'<li><a href="{html.escape(str(r.relative_to(reports_root)))}">{html.escape(r.stem)}</a></li>'
@@ -71,11 +73,15 @@ def write_index(reports_root: Path) -> Path:
         link = (f'<a href="{html.escape(str(summary.relative_to(reports_root)))}">summary</a>'
                 if summary.exists() else "no summary yet")
         link += "".join(f' · <a href="{html.escape(str(p.relative_to(reports_root)))}">{p.stem}</a>' for p in extras)
-        prof_items = "".join(f'<li><a href="{html.escape(str(r.relative_to(reports_root)))}">{html.escape(r.stem)}</a></li>'
-                             for r in profiles)
+        prof_items = "".join(
+            f'<li><a href="{html.escape(str(r.relative_to(reports_root)))}">{html.escape(r.stem)}</a></li>'
+            for r in profiles
+        )
         figures = sorted(report.figures_dir.glob("*.png"))
-        fig_items = "".join(f'<li><a href="{html.escape(str(f.relative_to(reports_root)))}">{html.escape(f.name)}</a></li>'
-                            for f in figures)
+        fig_items = "".join(
+            f'<li><a href="{html.escape(str(f.relative_to(reports_root)))}">{html.escape(f.name)}</a></li>'
+            for f in figures
+        )
         sections.append(
             f"<section><h2>{html.escape(study_dir.name)}</h2><p>{link}</p>"
             f"<h3>Pair notebooks</h3><ul>{items or '<li>none</li>'}</ul>"

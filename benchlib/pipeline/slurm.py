@@ -94,8 +94,13 @@ def write_script(cfg: StudyConfig, params_path: Path, res: SlurmResources, out_d
 def submit(script: Path) -> str:
     """Submit with sbatch; returns its output (the job id line)."""
     if shutil.which("sbatch") is None:
-        raise ConfigError(f"--submit: sbatch is not on PATH (no SLURM here); the script is at {script}, submit it on the cluster")
+        raise ConfigError(
+            f"--submit: sbatch is not on PATH (no SLURM here); the script is at {script}, submit it on the cluster"
+        )
     proc = subprocess.run(["sbatch", str(script)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        raise ConfigError(f"--submit: sbatch refused {script}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+        raise ConfigError(
+            f"--submit: sbatch refused {script}: "
+            f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+        )
     return proc.stdout.strip()

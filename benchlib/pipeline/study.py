@@ -108,7 +108,9 @@ def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports
         t0 = time.perf_counter()
         run += 1
         try:
-            publish.execute(bench, out, _pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s)
+            publish.execute(
+                bench, out, _pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s
+            )
         except PAIR_FAILURES as exc:
             failed += 1
             n = record_pair_failure(configs, paths.results.root, exc, machine)

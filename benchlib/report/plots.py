@@ -145,7 +145,7 @@ def device_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: st
 def model_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str | Path) -> list[plt.Figure]:
     """One roofline per model across devices: each device's fp32 roof and the model's points on it."""
     good = ok_rows(df)
-    figures = []
+    figures: list[plt.Figure] = []
     if good.empty or not ceilings:
         return figures
     palette = dict(zip([f"{c.machine}:{c.device}" for c in ceilings], sns.color_palette("tab10", len(ceilings))))
@@ -157,7 +157,9 @@ def model_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str
             if peak:
                 _draw_roof(ax, peak, ceil.bandwidth_bytes_per_s, f"{key} fp32 roof", color=palette[key], linewidth=1.5)
             mine = rows[(rows["machine"] == ceil.machine) & (rows["hardware"].map(ceilings_device) == ceil.device)]
-            _draw_points(ax, mine.assign(model=key), {key: palette[key]}, annotate_batch=mine["batch_size"].nunique() > 1)
+            _draw_points(
+                ax, mine.assign(model=key), {key: palette[key]}, annotate_batch=mine["batch_size"].nunique() > 1
+            )
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         save(fig, figures_dir, f"roofline_model__{model}")
@@ -216,7 +218,9 @@ def top_operators(profile: dict[str, Any], figures_dir: str | Path, n: int = 12)
     fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.32 * len(top)))
     ax.barh(top["name"], top[col] / 1000.0)
     ax.set_xlabel(col.replace("_us", "") + " (ms, over the profiled steps)")
-    ax.set_title(f"top operators: {profile['machine']}:{profile['hardware']} {profile['model']} bs{profile['batch_size']}")
+    ax.set_title(
+        f"top operators: {profile['machine']}:{profile['hardware']} {profile['model']} bs{profile['batch_size']}"
+    )
     fig.tight_layout()
     save(fig, figures_dir, safe_name(f"profile_ops__{profile['machine']}__{profile['run_id']}"))
     return fig
@@ -275,9 +279,15 @@ def telemetry_timeline(frame: pd.DataFrame, title: str, figures_dir: str | Path,
     if frame.empty or "t_s" not in frame:
         return None
     gpus = sorted({int(c[3:].split("_")[0]) for c in frame.columns if c.startswith("gpu") and c.endswith("_util_pct")})
-    panels = [("utilization (%)", [("cpu_util_pct", "CPU (system)"), ("proc_cpu_util_pct", "process")]
-               + [(f"gpu{i}_util_pct", f"GPU{i}") for i in gpus] + [(f"gpu{i}_mem_util_pct", f"GPU{i} memory") for i in gpus]),
-              ("memory (GiB)", [("rss_bytes", "process RSS")] + [(f"gpu{i}_mem_used_bytes", f"GPU{i} used") for i in gpus])]
+    panels = [
+        (
+            "utilization (%)",
+            [("cpu_util_pct", "CPU (system)"), ("proc_cpu_util_pct", "process")]
+            + [(f"gpu{i}_util_pct", f"GPU{i}") for i in gpus]
+            + [(f"gpu{i}_mem_util_pct", f"GPU{i} memory") for i in gpus],
+        ),
+        ("memory (GiB)", [("rss_bytes", "process RSS")] + [(f"gpu{i}_mem_used_bytes", f"GPU{i} used") for i in gpus]),
+    ]
     if gpus:
         panels += [("power (W)", [(f"gpu{i}_power_w", f"GPU{i}") for i in gpus]),
                    ("temperature (°C)", [(f"gpu{i}_temp_c", f"GPU{i}") for i in gpus] + [("cpu_temp_c", "CPU")])]
@@ -290,7 +300,7 @@ def telemetry_timeline(frame: pd.DataFrame, title: str, figures_dir: str | Path,
                 values = pd.to_numeric(frame[col], errors="coerce")
                 ax.plot(frame["t_s"], values / 2**30 if col.endswith("_bytes") else values, label=legend, linewidth=1)
         if "phase" in frame:
-            for i, (phase, grp) in enumerate(frame.groupby((frame["phase"] != frame["phase"].shift()).cumsum())):
+            for i, (_phase, grp) in enumerate(frame.groupby((frame["phase"] != frame["phase"].shift()).cumsum())):
                 ax.axvspan(grp["t_s"].iloc[0], grp["t_s"].iloc[-1], alpha=0.06 * (1 + i % 2), color="grey")
         ax.set_ylabel(label, fontsize=8)
         ax.legend(fontsize=7, loc="upper right")

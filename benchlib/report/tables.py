@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,9 @@ def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.D
     direction = SPEEDUP_METRICS.get(metric, "higher")
     good = ok_rows(df)
     if good.empty:
-        return pd.DataFrame(columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"])
+        return pd.DataFrame(
+            columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"]
+        )
     good["device"] = device_label(good)
     med = good.groupby(["model", "batch_size", "device"])[metric].median().reset_index()
     out = []
@@ -68,7 +71,9 @@ def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.D
             ratio = va / vb if direction == "higher" else vb / va
             out.append({"model": model, "batch_size": batch, "device_a": a, "device_b": b,
                         metric + "_a": va, metric + "_b": vb, "speedup": ratio})
-    return pd.DataFrame(out, columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"])
+    return pd.DataFrame(
+        out, columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"]
+    )
 
 
 def speedup_matrix(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.DataFrame:
@@ -94,10 +99,23 @@ def human_bytes(n: float | None) -> str:
     return str(n)
 
 
-COMPLEXITY_COLUMNS = ["model", "image_size", "num_classes", "params", "macs_per_sample", "flops_per_sample",
-                      "train_flops_per_sample", "model_size_bytes", "activation_bytes_per_sample", "batch_size",
-                      "bytes_per_sample", "train_bytes_per_sample", "arithmetic_intensity", "train_arithmetic_intensity",
-                      "uncounted_ops"]
+COMPLEXITY_COLUMNS = [
+    "model",
+    "image_size",
+    "num_classes",
+    "params",
+    "macs_per_sample",
+    "flops_per_sample",
+    "train_flops_per_sample",
+    "model_size_bytes",
+    "activation_bytes_per_sample",
+    "batch_size",
+    "bytes_per_sample",
+    "train_bytes_per_sample",
+    "arithmetic_intensity",
+    "train_arithmetic_intensity",
+    "uncounted_ops",
+]
 ROOF_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "roof_dtype", "train_arithmetic_intensity",
                 "achieved_train_flops_per_s", "train_roof_flops_per_s", "roof_fraction", "arithmetic_intensity",
                 "achieved_infer_flops_per_s", "infer_roof_flops_per_s", "infer_roof_fraction", "above_roof"]
@@ -175,12 +193,20 @@ def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
         ok = grp[grp["status"] == "ok"]
         failed = grp[grp["status"].isin(["oom", "unstable", "failed"])]
         best = ok.loc[pd.to_numeric(ok["train_samples_per_s"]).idxmax()] if not ok.empty else None
-        out.append({"machine": machine, "hardware": hardware, "model": model, "variant": variant,
-                    "batch_sizes_tried": ", ".join(map(str, sorted(grp["batch_size"].unique()))),
-                    "largest_stable_batch": int(ok["batch_size"].max()) if not ok.empty else None,
-                    "best_throughput_batch": int(best["batch_size"]) if best is not None else None,
-                    "best_train_samples_per_s": float(best["train_samples_per_s"]) if best is not None else None,
-                    "failed_batches": ", ".join(f"{int(b)} ({s})" for b, s in zip(failed["batch_size"], failed["status"])) or None})
+        out.append(
+            {
+                "machine": machine,
+                "hardware": hardware,
+                "model": model,
+                "variant": variant,
+                "batch_sizes_tried": ", ".join(map(str, sorted(grp["batch_size"].unique()))),
+                "largest_stable_batch": int(ok["batch_size"].max()) if not ok.empty else None,
+                "best_throughput_batch": int(best["batch_size"]) if best is not None else None,
+                "best_train_samples_per_s": float(best["train_samples_per_s"]) if best is not None else None,
+                "failed_batches": ", ".join(f"{int(b)} ({s})" for b, s in zip(failed["batch_size"], failed["status"]))
+                or None,
+            }
+        )
     return pd.DataFrame(out)
 
 

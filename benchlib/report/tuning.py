@@ -49,8 +49,12 @@ def study_frame(results_dir: str | Path, study_name: str) -> pd.DataFrame:
     rows = []
     for t in study.get_trials(deepcopy=False):
         done = t.state == TrialState.COMPLETE and t.values is not None
-        row: dict[str, Any] = {"number": t.number, "state": t.state.name, "is_default": bool(t.user_attrs.get("default")),
-                               "values": list(t.values) if done else None}
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "is_default": bool(t.user_attrs.get("default")),
+            "values": list(t.values) if done else None,
+        }
         for i, m in enumerate(metrics):
             row[m] = t.values[i] if done else None
         last = max(t.intermediate_values) if t.intermediate_values else None

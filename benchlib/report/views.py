@@ -199,9 +199,19 @@ UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", 
                        "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_used_bytes_max",
                        "gpu_power_w_mean", "gpu_temp_c_max", "cpu_temp_c_max", "threads_max", "telemetry_samples",
                        "telemetry_missing"]
-ENERGY_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "train_samples_per_s",
-                  "train_energy_j_per_sample", "infer_samples_per_s", "infer_energy_j_per_sample", "train_energy_method",
-                  "train_energy_unmeasurable"]
+ENERGY_COLUMNS = [
+    "machine",
+    "hardware",
+    "model",
+    "batch_size",
+    "variant",
+    "train_samples_per_s",
+    "train_energy_j_per_sample",
+    "infer_samples_per_s",
+    "infer_energy_j_per_sample",
+    "train_energy_method",
+    "train_energy_unmeasurable",
+]
 
 
 def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int = 8) -> None:

@@ -12,6 +12,21 @@ from .model import (
            roof_fraction,
 )
 
-__all__ = ["DATASHEET", "Ceilings", "Placement", "above_roof", "best_of", "datasheet_for", "ensure_ceilings",
-           "load_ceilings", "measure_ceilings", "measure_ceilings_robust", "place_on_roof", "ridge_point_flops_per_byte",
-           "roof_dtype", "roof_flops_per_s", "roof_fraction", "save_ceilings"]
+__all__ = [
+    "DATASHEET",
+    "Ceilings",
+    "Placement",
+    "above_roof",
+    "best_of",
+    "datasheet_for",
+    "ensure_ceilings",
+    "load_ceilings",
+    "measure_ceilings",
+    "measure_ceilings_robust",
+    "place_on_roof",
+    "ridge_point_flops_per_byte",
+    "roof_dtype",
+    "roof_flops_per_s",
+    "roof_fraction",
+    "save_ceilings",
+]

@@ -110,6 +110,9 @@ def _tf32_matmul(enabled: bool) -> Iterator[None]:
     newer ``fp32_precision`` API: torch refuses to read the legacy flag once the two are mixed.
     """
     matmul = torch.backends.cuda.matmul
+    attr: str
+    before: bool | str
+    value: bool | str
     try:
         attr, before, value = "allow_tf32", matmul.allow_tf32, enabled
     except RuntimeError:
@@ -146,7 +149,9 @@ def _dtype_unsupported_reason(dtype_name: str, device: torch.device) -> str | No
     return None
 
 
-def _time_per_op_s(op: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
+def _time_per_op_s(
+    op: Callable[[], object], device: torch.device, repeats: int, warmup: int
+) -> tuple[list[float], int]:
     """Seconds per ``op`` in each timed repeat, and how many ops each repeat ran.
 
     Warm up first (allocation, library handles, autotuning), then size the repeat from one timed op so a
@@ -176,7 +181,9 @@ def matmul_flops(n: int) -> int:
     return 2 * n**3
 
 
-def _measure_matmul(dtype_name: str, n: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
+def _measure_matmul(
+    dtype_name: str, n: int, device: torch.device, repeats: int, warmup: int
+) -> tuple[list[float], int]:
     """Seconds per product ``C = A @ B`` (square, size n) in ``dtype_name``; C is preallocated."""
     dtype = _TORCH_DTYPES[dtype_name]
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -287,7 +294,7 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
 
 
 def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3, **kwargs: Any) -> Ceilings:
-    """Measure, and re-measure while a figure is noisy (IQR/median > 10%), up to ``max_attempts``; merge with best_of."""
+    """Measure, and re-measure while a figure is noisy (IQR/median > 10%), up to ``max_attempts``; keep the best."""
     attempts = [measure_ceilings(device, **kwargs)]
     while attempts[-1].noisy and len(attempts) < max_attempts:
         attempts.append(measure_ceilings(device, **kwargs))

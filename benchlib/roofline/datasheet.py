@@ -38,7 +38,8 @@ DATASHEET: dict[str, dict[str, Any]] = {
     "NVIDIA H100 (SXM5)": {
         "peak_flops_per_s": {"fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA, "bf16": 989.4 * TERA},
         "bandwidth_bytes_per_s": 3.35 * TERA,
-        "source": "vendor datasheet (NVIDIA H100 datasheet / Hopper whitepaper, SXM5; dense = half the sparsity figure)",
+        "source": "vendor datasheet (NVIDIA H100 datasheet / Hopper whitepaper, SXM5; dense = half the sparsity "
+                  "figure)",
     },
     "NVIDIA H200 (SXM)": {
         "peak_flops_per_s": {"fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA, "bf16": 989.4 * TERA},

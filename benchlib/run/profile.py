@@ -24,6 +24,7 @@ from ..env.manifest import machine_name
 from ..errors import ConfigError
 from ..instruments.profiler import (
     ProfileResult,
+    StepSpans,
     breakdown_table,
     combine_operator_tables,
     operators_table,
@@ -176,11 +177,13 @@ def save_tables(result: ProfileResult, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def record_profile(cfg: RunConfig, results_dir: str | Path, **schedule_args: int) -> tuple[ProfileResult, Path]:
+def record_profile(cfg: RunConfig, results_dir: str | Path, *, wait: int = 1, warmup: int = 1, active: int = 3,
+                   repeat: int = 1) -> tuple[ProfileResult, Path]:
     """Profile ``cfg`` and save its tables, trace and TensorBoard logs under the results folder."""
     machine = machine_name()
     out = ResultsLayout.of(results_dir).profile_dir(machine, cfg.run_id)
-    result = profile_training(cfg, out, **schedule_args)
+    schedule_args = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
+    result = profile_training(cfg, out, wait=wait, warmup=warmup, active=active, repeat=repeat)
     save_tables(result, out)
     meta = {"study": cfg.study, "run_id": cfg.run_id, "machine": machine, "hardware": cfg.hardware,
             "model": cfg.model, "batch_size": cfg.batch_size, "notes": result.notes, **schedule_args}

@@ -43,7 +43,7 @@ from .outcome import error_text, failure_status
 ProgressFn = Callable[[str], None]
 
 # Trials that end this way are recorded as FAIL and the study goes on; any other exception is a bug and stops it.
-TRIAL_FAILURES: tuple[type[BaseException], ...] = (MeasurementOutcome, MemoryError, torch.OutOfMemoryError)
+TRIAL_FAILURES: tuple[type[Exception], ...] = (MeasurementOutcome, MemoryError, torch.OutOfMemoryError)
 _PRUNER_STARTUP_TRIALS = 2
 _PRUNER_WARMUP_STEPS = 0
 
@@ -129,7 +129,7 @@ def study_name_for(base: RunConfig, machine: str | None = None) -> str:
 
 
 def median_pruner() -> optuna.pruners.MedianPruner:
-    """The pruner of single-objective studies: below the median of completed trials at the same epoch, once 2 completed."""
+    """Single-objective pruner: below the median of completed trials at the same epoch, once 2 completed."""
     return optuna.pruners.MedianPruner(n_startup_trials=_PRUNER_STARTUP_TRIALS, n_warmup_steps=_PRUNER_WARMUP_STEPS)
 
 
@@ -234,7 +234,7 @@ def _run_study(base: RunConfig, space: SearchSpace, *, n_trials: int, objective:
     say(f"{name}: {'continuing with' if n_before else 'new study,'} {n_before} trial(s) stored; adding {n_trials} "
         f"({objective}, {epochs} epoch(s) each, {'median pruning' if use_pruner else 'no pruning'}) in {path}")
 
-    def run_trial(trial: optuna.Trial) -> float | tuple[float, float]:
+    def run_trial(trial: optuna.Trial) -> float | tuple[float, ...]:
         batch, settings = _suggest(trial, space, base)
         trial.set_user_attr("objective", objective)
         cfg = dataclasses.replace(base, batch_size=batch, settings=settings)

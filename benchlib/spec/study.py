@@ -134,7 +134,9 @@ def _batch_sizes(value: Any, where: str) -> list[int]:
             raise ConfigError(f"{where}: key 'batch_sizes' range has keys {sorted(value)}; allowed: {{from: A, to: B}}")
         a, b = value["from"], value["to"]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (a, b)) or a > b:
-            raise ConfigError(f"{where}: key 'batch_sizes' range from {a!r} to {b!r}; allowed: integers 1 <= from <= to")
+            raise ConfigError(
+                f"{where}: key 'batch_sizes' range from {a!r} to {b!r}; allowed: integers 1 <= from <= to"
+            )
         return doubling_range(a, b)
     return _as_list(value, "batch_sizes", where, int, "integers >= 1")
 

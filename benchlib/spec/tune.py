@@ -102,7 +102,9 @@ def parse_search_space(raw: Any, where: str) -> SearchSpace:
     """
     allowed_keys = ", ".join(SEARCH_SPACE_KEYS)
     if not isinstance(raw, Mapping) or not raw:
-        raise ConfigError(f"{where}: key 'search_space' is {raw!r}; allowed: a non-empty mapping of keys {allowed_keys}")
+        raise ConfigError(
+            f"{where}: key 'search_space' is {raw!r}; allowed: a non-empty mapping of keys {allowed_keys}"
+        )
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in _RANGES:

@@ -119,8 +119,10 @@ def parse_variant(spec: str | Mapping[str, Any], where: str, *, tuned_params_dir
             return _load_tuned(spec, where, tuned_params_dir)
         if spec in PRESETS:
             return PRESETS[spec]
-        raise ConfigError(f"{where}: key 'variant' is '{spec}'{did_you_mean(spec, list(PRESETS))}; allowed: {', '.join(PRESETS)} "
-                          f"or a mapping of keys {', '.join(VARIANT_KEYS)}")
+        raise ConfigError(
+            f"{where}: key 'variant' is '{spec}'{did_you_mean(spec, list(PRESETS))}; allowed: {', '.join(PRESETS)} "
+            f"or a mapping of keys {', '.join(VARIANT_KEYS)}"
+        )
     if isinstance(spec, Mapping):
         return _variant_from_mapping(spec, where)
     raise ConfigError(f"{where}: key 'variant' is {spec!r} ({type(spec).__name__}); allowed: {', '.join(PRESETS)} "

@@ -102,8 +102,11 @@ def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, A
     moved = False
     for row in rows:
         machine, run_id = str(row["machine"]), str(row["run_id"])
-        for path, kind in ((layout.row_path(machine, run_id), "rows"), (layout.samples_path(machine, run_id), "samples"),
-                           (layout.telemetry_path(machine, run_id), "telemetry")):
+        for path, kind in (
+            (layout.row_path(machine, run_id), "rows"),
+            (layout.samples_path(machine, run_id), "samples"),
+            (layout.telemetry_path(machine, run_id), "telemetry"),
+        ):
             if path.exists():
                 (target / kind).mkdir(parents=True, exist_ok=True)
                 shutil.move(str(path), str(target / kind / path.name))
