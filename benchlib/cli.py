@@ -152,6 +152,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.nproc_per_node < 1:
         raise ConfigError(f"command line: --nproc-per-node {args.nproc_per_node}; allowed: integers >= 1")
+    if args.nproc_per_node > 1 and args.device not in ("cuda", "cpu", "auto"):
+        raise ConfigError(f"command line: --device {args.device} with --nproc-per-node {args.nproc_per_node}; "
+                          "allowed: cuda (each process takes cuda:LOCAL_RANK; CUDA_VISIBLE_DEVICES picks the GPUs) "
+                          "or cpu")
     if args.nproc_per_node > 1 and not launched_by_torchrun():
         return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
     cfg = _config_from_args(args)

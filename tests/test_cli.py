@@ -26,7 +26,7 @@ def test_env_json(capsys):
     assert main(["env", "--json"]) == 0
     manifest = json.loads(capsys.readouterr().out)
     for key in ("torch", "torchvision", "python", "cpu_model", "cpus_usable", "torch_num_threads",
-                "tf32_matmul", "cudnn_benchmark", "cuda_available", "benchlib_version", "git_commit"):
+                "default_tf32_matmul", "default_cudnn_benchmark", "cuda_available", "benchlib_version", "git_commit"):
         assert key in manifest
 
 

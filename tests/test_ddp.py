@@ -58,3 +58,21 @@ def test_nccl_two_gpus(tmp_path):
     row = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][0])
     assert row["distributed_backend"] == "nccl" and row["world_size"] == 2 and row["ddp_weights_in_sync"] is True
     assert row["gpu_util_pct_mean"] is not None, "telemetry covers the GPUs"
+
+
+@pytest.mark.notebook
+def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path):
+    """Rank 1 fails in set-up; rank 0 does not wait for it in a collective: both end, rank 0 records why."""
+    import os
+    import time
+
+    env = {**os.environ, "BENCHLIB_FAULT": "setup@resnet18", "BENCHLIB_FAULT_RANK": "1",
+           "BENCHLIB_DIST_TIMEOUT_S": "120"}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(tmp_path),
+                           "--nproc-per-node", "2"], capture_output=True, text=True, timeout=600, env=env)
+    assert time.monotonic() - t0 < 100, "no rank waited out the collective timeout"
+    assert proc.returncode != 0
+    rows = read_results([tmp_path])
+    assert len(rows) == 1 and rows.loc[0, "status"] == "failed"
+    assert "another data-parallel rank failed" in rows.loc[0, "error"]

@@ -142,7 +142,7 @@ def test_quantized_variants_evaluate_the_weights_their_baseline_trained(tmp_path
         assert q["weights_trained_by"] == default["run_id"]
         assert q["fp32_test_accuracy"] == default["test_accuracy"], "the very weights the baseline trained"
         assert q["train_step_s_median"] is None and q.get("epoch_s") is None, "no training figures of its own"
-        assert set(read_samples(tmp_path, q)["series"]) == {"latency_s", "batch_latency_s"}
+        assert set(read_samples(tmp_path, q)["series"]) == {"latency_s", "batch_latency_s", "infer_repeat_s"}
     assert len(list((tmp_path / "weights").glob("*.pt"))) == 1
 
 

@@ -175,6 +175,8 @@ def test_cpu_default_and_quantized_inference_run_on_cpu():
 def test_compile_on_mps_is_refused_and_channels_last_runs_everywhere():
     assert "MPS" in unsupported_reason(K("gpu-compiled"), "mps", training=True)
     for device_type in ("cpu", "cuda", "mps"):
+        assert unsupported_reason(Knobs(memory_format="channels_last"), device_type, training=True) is None
+    for device_type in ("cuda", "mps"):  # the GPU preset, with its CUDA backend settings, runs on both GPUs
         assert unsupported_reason(K("gpu-channels-last"), device_type, training=True) is None
 
 

@@ -82,7 +82,8 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: 
         return Loaders(train, test, s.synthetic_classes, len(train) * batch_size, len(test) * batch_size, True)
     splits = load_dataset(s.dataset, s.data_path, s.image_size, train_subset=s.train_subset,
                           test_subset=s.test_subset, seed=s.seed, augment=s.augment)
-    common: dict[str, Any] = dict(num_workers=s.num_workers, pin_memory=s.pin_memory and device.type == "cuda",
+    pin = (s.pin_memory if s.pin_memory is not None else True) and device.type == "cuda"
+    common: dict[str, Any] = dict(num_workers=s.num_workers, pin_memory=pin,
                                   persistent_workers=s.persistent_workers and s.num_workers > 0,
                                   worker_init_fn=seed_worker if s.num_workers > 0 else None)
     train_loader: DataLoader[Any]

@@ -1,11 +1,17 @@
-"""Inference latency: timed repeats of one forward pass at a fixed batch, with p50/p90/p99.
+"""Inference timing: latency of one forward pass, and throughput of back-to-back passes.
 
-Each repeat is its own timed region, synchronized at both ends, on inputs already on the device.
-A pass over the test set with its DataLoader is throughput, not latency (see ``train.evaluate``).
+Latency: each repeat is its own timed region, synchronized at both ends, on inputs already on the
+device; p50/p90/p99 come from the repeats. Throughput: batches run back to back with one synchronize at
+the end of each repeat, so the host queues the next batch while the device works, as a serving loop
+does; samples over the summed repeat times, the same definition as training throughput. Autocast is
+entered and left around every call, so each call pays its weight casts. A pass over the test set with
+its DataLoader is evaluation throughput, not latency (see ``train.evaluate``).
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import nn
@@ -13,25 +19,61 @@ from torch import nn
 from ..env.devices import synchronize
 from ..instruments.timing import Samples
 
+CallContext = Callable[[], AbstractContextManager[object]]
+BATCHES_PER_THROUGHPUT_REPEAT = 5
+
+
+def _plain() -> AbstractContextManager[object]:
+    return nullcontext()
+
 
 @torch.inference_mode()
-def measure_latency(model: nn.Module, batch: torch.Tensor, *, warmup: int, repeats: int) -> Samples:
-    """Seconds per forward pass of ``batch`` (already on the model's device), over ``repeats`` calls."""
+def measure_latency(model: nn.Module, batch: torch.Tensor, *, warmup: int, repeats: int,
+                    context: CallContext = _plain) -> Samples:
+    """Seconds per forward pass of ``batch`` (already on the model's device), each pass synchronized."""
     model.eval()
     device = batch.device
     for _ in range(warmup):
-        model(batch)
+        with context():
+            model(batch)
     synchronize(device)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        model(batch)
+        with context():
+            model(batch)
         synchronize(device)
         times.append(time.perf_counter() - t0)
     return Samples.of(times)
 
 
-def example_batch(loader, batch_size: int, device: torch.device) -> torch.Tensor:
+@torch.inference_mode()
+def measure_throughput(model: nn.Module, batch: torch.Tensor, *, warmup: int, repeats: int,
+                       batches_per_repeat: int = BATCHES_PER_THROUGHPUT_REPEAT,
+                       context: CallContext = _plain) -> Samples:
+    """Seconds of each repeat of ``batches_per_repeat`` back-to-back passes, one synchronize per repeat.
+
+    Throughput is ``batch * batches_per_repeat * repeats / total`` of the returned samples.
+    """
+    model.eval()
+    device = batch.device
+    for _ in range(warmup):
+        with context():
+            model(batch)
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(batches_per_repeat):
+            with context():
+                model(batch)
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return Samples.of(times)
+
+
+def example_batch(loader: Iterable[tuple[torch.Tensor, torch.Tensor]], batch_size: int,
+                  device: torch.device) -> torch.Tensor:
     """``batch_size`` real inputs from ``loader`` (repeated if the loader's batches are smaller)."""
     parts: list[torch.Tensor] = []
     have = 0

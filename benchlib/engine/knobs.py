@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import cast
 
@@ -77,10 +78,12 @@ def unsupported_reason(v: Knobs, device_type: str, *, training: bool) -> str | N
     precision = _precision_reason(v, device_type, training)
     if precision:
         return precision
-    if v.tf32 and device_type != "cuda":
-        return f"tf32 is a CUDA knob: it would be ignored on {device_type}"
-    if v.cudnn_benchmark and device_type != "cuda":
-        return f"cudnn_benchmark is a CUDA knob: it would be ignored on {device_type}"
+    # The GPU presets share CUDA backend settings; on MPS they do not apply (the row records them off),
+    # on the CPU a variant that asks for them asks for something that cannot happen.
+    if v.tf32 and device_type == "cpu":
+        return "tf32 is a CUDA knob: it would be ignored on cpu"
+    if v.cudnn_benchmark and device_type == "cpu":
+        return "cudnn_benchmark is a CUDA knob: it would be ignored on cpu"
     return _compile_reason(v, device_type)
 
 
@@ -139,8 +142,39 @@ def compile_model(model: nn.Module, v: Knobs) -> tuple[nn.Module, float]:
     if v.compile == "off":
         return model, 0.0
     t0 = time.perf_counter()
-    compiled = torch.compile(model, mode=v.compile)
+    compiled = torch.compile(model, mode=v.compile, dynamic=False)  # static shapes: no dynamic-shape recompile
     return cast(nn.Module, compiled), time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What dynamo did in one configuration: graphs compiled, graph breaks, and whether it gave up."""
+
+    graphs: int
+    graph_breaks: int
+    fell_back: bool
+    reason: str | None
+
+
+def reset_compiler() -> None:
+    """Forget every compiled graph and dynamo's counters, so each configuration compiles (and counts) afresh."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+
+
+def compile_report() -> CompileReport:
+    """Dynamo's counters since :func:`reset_compiler`: a model past its recompile limit runs eager, silently."""
+    from torch._dynamo.utils import counters
+
+    unimplemented = [k.splitlines()[0] for k in counters["unimplemented"]]
+    frames = counters["frames"]
+    gave_up = [u for u in unimplemented if "recompile limit" in u.lower() or "cache size limit" in u.lower()]
+    fell_back = bool(gave_up) or frames.get("ok", 0) == 0
+    reason = gave_up[0] if gave_up else ("no frame compiled" if frames.get("ok", 0) == 0 else None)
+    return CompileReport(int(counters["stats"].get("unique_graphs", 0)), int(sum(counters["graph_break"].values())),
+                         fell_back, reason)
 
 
 def compile_seconds(warmup_step_s: Sequence[float], steady_step_s: float) -> float:

@@ -6,7 +6,10 @@ same data the same way; only what they observe differs.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,17 +19,39 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..data.datasets import num_classes_of
 from ..data.loaders import Loaders, batches_per_epoch, build_loaders
+from ..env.devices import device_scope, synchronize
 from ..env.distributed import DistInfo
 from ..errors import SkippedConfiguration
 from ..nets.models import build_model
 from ..spec.settings import RunConfig, RunSettings
-from .knobs import apply_memory_format, compile_model, unsupported_reason
+from .knobs import apply_memory_format, backend_flags, compile_model, reset_compiler, unsupported_reason
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def fresh_state(device: torch.device) -> None:
+    """Leave nothing of an earlier configuration behind: garbage, cached device memory, compiled graphs.
+
+    Without emptying the cache a configuration's reserved-memory peak is at least what earlier ones left
+    cached; without resetting dynamo, compiled graphs pile up until dynamo gives up and runs eager.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.empty_cache()
+    reset_compiler()
+
+
+@contextmanager
+def configuration(device: torch.device, s: RunSettings) -> Iterator[None]:
+    """What one configuration runs inside: a clean slate, its device current, its backend flags."""
+    fresh_state(device)
+    with device_scope(device), backend_flags(s.knobs):
+        yield
 
 
 def check_runs(s: RunSettings, device_type: str) -> None:

@@ -21,7 +21,7 @@ from ..instruments.timing import RegionClock, StepTimer
 from ..spec.knobs import Knobs
 from ..spec.settings import RunSettings
 from .knobs import precision_context
-from .step import Trainer, to_device, train_step
+from .step import Trainer, in_memory_format, to_device, train_step
 
 ProgressFn = Callable[[str], None]
 
@@ -64,13 +64,23 @@ def _global_losses(losses: list[torch.Tensor]) -> list[float]:
 
 
 def check_step(loss: torch.Tensor, step: int, memory_limit_bytes: int | None) -> None:
-    """Per-step guards, run after the step's end was recorded so they never count in its time."""
-    if not bool(torch.isfinite(loss.detach())):
-        raise NonFiniteLossError(f"non-finite training loss ({float(loss.detach())}) at step {step}")
+    """Per-step guard on the host, after the step's end was recorded so it never counts in its time.
+
+    It never reads the loss: that would copy it to the host and synchronize every step, so the host
+    could no longer queue work ahead of the device. The loss is checked at the epoch's end
+    (:func:`check_losses`).
+    """
     if memory_limit_bytes is not None:
         rss = psutil.Process().memory_info().rss
         if rss > memory_limit_bytes:
             raise MemoryCeilingError(f"RSS {rss} bytes passed memory_limit_bytes {memory_limit_bytes} at step {step}")
+
+
+def check_losses(losses: list[float], first_step: int) -> None:
+    """Raise NonFiniteLossError naming the first step whose loss was NaN or infinite (read once per epoch)."""
+    for i, value in enumerate(losses):
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"non-finite training loss ({value}) at step {first_step + i}")
 
 
 def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, *,
@@ -132,11 +142,14 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
             else:
                 result.step_s.append(seconds)
                 result.timed_samples += batch_sizes[i]
-        if steps_this_epoch == batches_per_epoch:
+        compiles_here = epoch == 0 and t.knobs.compile != "off"  # compile time is compile_s, not epoch time
+        if steps_this_epoch == batches_per_epoch and not compiles_here:
             result.epoch_s.append(clock.seconds)
+        epoch_losses = _global_losses(losses)
+        check_losses(epoch_losses, step - len(epoch_losses))
         result.train_accuracy = float(correct.item()) / max(1, seen)
         result.final_loss = float(loss_sum.item()) / max(1, steps_this_epoch)
-        result.loss_per_step += _global_losses(losses)
+        result.loss_per_step += epoch_losses
         result.total_steps = step
         if progress:
             progress(f"epoch {epoch + 1}/{epochs} done in {clock.seconds:.2f} s, loss {result.final_loss:.4f}, "
@@ -157,14 +170,40 @@ class EvalResult:
         return self.samples / self.seconds if self.seconds > 0 else math.nan
 
 
+def _batch_sizes_of(loader: Iterable, first: int) -> list[int]:
+    """The batch sizes a loader yields: its full batch and, where the data does not divide, its last one."""
+    dataset, batch_size = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
+    sizes = [first]
+    if dataset is not None and batch_size and not getattr(loader, "drop_last", False):
+        last = len(dataset) % batch_size
+        if last and last != first:
+            sizes.append(last)
+    return sizes
+
+
+def warm_input_shapes(model: nn.Module, loader: Iterable, device: torch.device, knobs: Knobs) -> None:
+    """Run one untimed forward pass per input shape the loader will yield.
+
+    The first pass of each shape is where a compiled model compiles and cuDNN autotunes; timing it
+    would put both inside an evaluation figure.
+    """
+    x, _ = next(iter(loader))
+    for size in _batch_sizes_of(loader, int(x.shape[0])):
+        inputs = in_memory_format(x[:size].to(device, non_blocking=True), knobs)
+        with precision_context(knobs, device):
+            model(inputs)
+
+
 @torch.inference_mode()
 def evaluate(model: nn.Module, loader: Iterable, device: torch.device, knobs: Knobs | None = None) -> EvalResult:
     """Top-1 accuracy over a whole loader; the pass is timed with its data pipeline (val throughput).
 
-    With knobs, inputs follow the variant's memory format and precision (autocast).
+    Each input shape is warmed untimed first (compilation, autotuning). With knobs, inputs follow the
+    variant's memory format and precision (autocast).
     """
     model.eval()
     knobs = knobs or Knobs()
+    warm_input_shapes(model, loader, device, knobs)
     correct = torch.zeros((), dtype=torch.long, device=device)
     samples = 0
     with RegionClock(device) as clock:

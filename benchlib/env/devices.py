@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -107,3 +109,19 @@ def bf16_supported(device_type: str) -> bool:
     """Whether ``device_type`` (cpu, cuda, mps) runs bf16 natively; without it bf16 is slow emulation."""
     return {"cpu": _cpu_bf16_supported, "cuda": _cuda_bf16_supported, "mps": _mps_bf16_supported}.get(
         device_type, lambda: True)()
+
+
+def device_scope(device: torch.device) -> AbstractContextManager[object]:
+    """Make ``device`` the current CUDA device for a block: events, streams and allocations default to it.
+
+    Without it, ``torch.cuda.Event.record()`` on ``cuda:1`` records on idle ``cuda:0`` and step times
+    become launch times.
+    """
+    if device.type == "cuda":
+        return torch.cuda.device(device)
+    return nullcontext()
+
+
+def cuda_uuids(indices: Sequence[int]) -> list[str]:
+    """UUIDs of CUDA devices by torch index, to find the same GPUs in NVML (whose order may differ)."""
+    return [str(torch.cuda.get_device_properties(i).uuid) for i in indices]

@@ -5,6 +5,7 @@ ranks trains on ``batch_size / world_size`` samples per step; rank 0 measures, e
 """
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -35,14 +36,35 @@ def launched_by_torchrun() -> bool:
     return launched_world_size() > 1
 
 
-def init(device_type: str) -> DistInfo | None:
-    """Join the process group torchrun set up (None when not launched by torchrun)."""
+TIMEOUT_ENV = "BENCHLIB_DIST_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 300.0  # a rank that failed leaves the others waiting in a collective at most this long
+
+
+def timeout() -> datetime.timedelta:
+    """How long a collective may wait for a rank before every rank gives up ($BENCHLIB_DIST_TIMEOUT_S)."""
+    return datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
+
+
+def init(device: torch.device) -> DistInfo | None:
+    """Join the process group torchrun set up (None when not launched by torchrun).
+
+    Each GPU rank binds its own device (``cuda:LOCAL_RANK``) before the group forms, and collectives
+    time out after :func:`timeout` instead of NCCL's ten minutes, so one failed rank does not hang the rest.
+    """
     if not launched_by_torchrun():
         return None
-    backend = "nccl" if device_type == "cuda" else "gloo"
+    if device.type == "cuda" and device.index is not None and device.index != 0:
+        raise ConfigError(f"hardware '{device}' with several processes: each process takes cuda:LOCAL_RANK; "
+                          "allowed: hardware cuda (or CUDA_VISIBLE_DEVICES to choose the GPUs)")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
-    return DistInfo(dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size(), backend)
+        if device.type == "cuda":
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group(backend=backend, timeout=timeout(), device_id=torch.device("cuda", local_rank))
+        else:
+            dist.init_process_group(backend=backend, timeout=timeout())
+    return DistInfo(dist.get_rank(), local_rank, dist.get_world_size(), backend)
 
 
 def rank_device(hardware_device: torch.device, info: DistInfo | None) -> torch.device:
@@ -51,6 +73,21 @@ def rank_device(hardware_device: torch.device, info: DistInfo | None) -> torch.d
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
     return hardware_device
+
+
+def all_ok(ok: bool, info: DistInfo | None) -> bool:
+    """True when every rank reports ok: a rank that failed tells the others, who stop instead of waiting."""
+    if info is None:
+        return ok
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32,
+                        device=torch.device("cuda", info.local_rank) if info.backend == "nccl" else "cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def local_world_size() -> int:
+    """Processes torchrun started on this node (1 without torchrun)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def per_rank_batch(global_batch: int, info: DistInfo | None) -> int:

@@ -50,20 +50,28 @@ def _cuda_section() -> dict[str, Any]:
             for i in range(torch.cuda.device_count())
         ],
     }
+    section["driver_version"], error = driver_version()
+    if error:
+        section["driver_version_error"] = error
+    return section
+
+
+def driver_version() -> tuple[str | None, str | None]:
+    """(the NVIDIA driver's version, or None and why not): NVML missing or not permitted is no failure."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        section["driver_version"] = pynvml.nvmlSystemGetDriverVersion()
-        pynvml.nvmlShutdown()
-    except Exception as exc:  # NVML missing or not permitted: record why, never fail
-        section["driver_version"] = None
-        section["driver_version_error"] = f"{type(exc).__name__}: {exc}"
-    return section
+        try:
+            return str(pynvml.nvmlSystemGetDriverVersion()), None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def collect_manifest() -> dict[str, Any]:
-    """Everything MEASUREMENT.md asks to record about the environment."""
+    """Every condition a result depends on (docs/measurement.md, \"Conditions\")."""
     manifest: dict[str, Any] = {
         "benchlib_version": __version__,
         "git_commit": _git_commit(),
@@ -81,10 +89,11 @@ def collect_manifest() -> dict[str, Any]:
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "mkldnn_available": torch.backends.mkldnn.is_available(),
         "hardware_available": available_hardware(),
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        # The process's defaults; each configuration sets its variant's own (the row's tf32, cudnn_benchmark).
+        "default_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "default_tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "default_cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "default_float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
     manifest.update(_cuda_section())
     return manifest

@@ -6,7 +6,9 @@ newer); where a GPU has no counter it is power x time integrated from telemetry 
 energy is the difference of the RAPL counters under ``/sys/class/powercap`` (wraparound handled).
 
 A counter refreshes only every so often (NVML: tens of ms up to ~100 ms; RAPL: ~1 ms), so a window
-shorter than that can read 0: such a window is reported *unmeasurable* with a reason, never 0 J.
+shorter than that can read 0, and an NVML window under about a second is mostly the counter's steps:
+such a window is reported *unmeasurable* with a reason, never 0 J. Measure long enough (see
+``EnergyMeter.counts_gpu``).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from .telemetry import Telemetry
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
-NVML_COUNTER_UPDATE_S = 0.1  # NVML's energy counter refreshes every ~20-100 ms depending on the GPU
+NVML_MIN_WINDOW_S = 1.0  # the counter refreshes every 20-100 ms; a window under ~1 s is mostly quantization
 RAPL_UPDATE_S = 0.001  # RAPL's energy status registers refresh about every millisecond
 _RAPL_ZONE = re.compile(r"intel-rapl:(\d+)")  # top-level zones only ("intel-rapl:0:1" is a subzone)
 
@@ -162,11 +164,9 @@ def gpu_counter_j(start_mj: int, end_mj: int, seconds: float) -> tuple[float | N
     delta = end_mj - start_mj
     if delta < 0:
         return None, "NVML energy counter went backwards (driver reloaded?)"
-    if seconds < NVML_COUNTER_UPDATE_S:
-        return None, (
-            f"window {seconds:.3g} s shorter than the counter's update period (~{NVML_COUNTER_UPDATE_S:g} s): "
-            "unmeasurable, not 0 J"
-        )
+    if seconds < NVML_MIN_WINDOW_S:
+        return None, (f"window {seconds:.3g} s shorter than the counter's update period lets one trust "
+                      f"(>= {NVML_MIN_WINDOW_S:g} s): unmeasurable, not 0 J")
     if delta == 0:
         return None, f"NVML energy counter did not advance in {seconds:.3g} s: unmeasurable, not 0 J"
     return delta / 1000.0, None
@@ -231,15 +231,21 @@ def _cpu_energy(start: EnergyReading, end: EnergyReading, seconds: float, max_ra
 class EnergyMeter:
     """Reads the GPU (NVML) and CPU package (RAPL) energy counters; ``between`` turns two reads into joules.
 
-    GPUs are named by NVML index; by default those ``CUDA_VISIBLE_DEVICES`` names (when plain integers),
-    else all. Call ``close()`` (or use ``with``) to release NVML.
+    GPUs are chosen by the UUIDs torch reports for the run's devices (``gpu_uuids``) or by NVML index;
+    with neither, those ``CUDA_VISIBLE_DEVICES`` names (when plain integers), else all. Call ``close()``
+    (or use ``with``) to release NVML.
     """
 
-    def __init__(self, gpu_indices: Sequence[int] | None = None):
-        self._devices = NvmlDevices(gpu_indices)
+    def __init__(self, gpu_indices: Sequence[int] | None = None, *, gpu_uuids: Sequence[str] | None = None):
+        self._devices = NvmlDevices(gpu_indices, uuids=gpu_uuids)
         self.reasons: dict[str, str] = dict(self._devices.missing)
         self._handles = self._devices.handles
         self.rapl_max_range_uj, _ = read_rapl_uj(POWERCAP_ROOT, "max_energy_range_uj")
+
+    @property
+    def counts_gpu(self) -> bool:
+        """True when a GPU energy counter is read: its window must last NVML_MIN_WINDOW_S."""
+        return bool(self._handles)
 
     def _gpu_counter_mj(self, i: int, reasons: dict[str, str]) -> int | None:
         try:

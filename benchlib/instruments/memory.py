@@ -3,7 +3,10 @@
 CPU: peak resident set size over the configuration, from the kernel's high-water mark (VmHWM, reset
 through /proc/self/clear_refs) or, where that is not available, from psutil samples; the baseline is
 the RSS before the model was built. tracemalloc is not used: it does not see tensor memory.
-CUDA: allocator peaks reset per configuration. MPS: allocated and driver memory at the end.
+Resetting VmHWM hides the process's lifetime peak from ``/usr/bin/time`` and ``ru_maxrss``, so the mark
+read just before each reset is kept as its own figure (``process_peak_rss_bytes``).
+CUDA: allocator peaks reset per configuration (the caller empties the cache first). MPS: the peak of
+sampled allocated memory, and the driver's memory at the end.
 """
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ class MemoryReport:
     peak_cuda_reserved_bytes: int | None = None
     mps_allocated_bytes: int | None = None
     mps_driver_allocated_bytes: int | None = None
+    process_peak_rss_bytes: int | None = None  # the process's high-water mark before this configuration reset it
 
     @property
     def peak_rss_above_baseline_bytes(self) -> int:
@@ -81,22 +85,30 @@ class PeakMemory:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sampled_peak = 0
+        self._mps_peak = 0
         self._baseline = 0
+        self._process_peak: int | None = None
         self._hwm_reset = False
 
     def _sample(self) -> None:
         proc = psutil.Process()
         while not self._stop.wait(self.sample_interval_s):
-            self._sampled_peak = max(self._sampled_peak, int(proc.memory_info().rss))
+            if not self._hwm_reset:
+                self._sampled_peak = max(self._sampled_peak, int(proc.memory_info().rss))
+            if self.device.type == "mps":
+                self._mps_peak = max(self._mps_peak, int(torch.mps.current_allocated_memory()))
 
     def start(self) -> PeakMemory:
         _release_freed_memory()
         self._baseline = current_rss_bytes()
         self._sampled_peak = self._baseline
+        self._process_peak = _read_vm_hwm_bytes()
         self._hwm_reset = _reset_vm_hwm()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        if not self._hwm_reset:
+        if self.device.type == "mps":
+            self._mps_peak = int(torch.mps.current_allocated_memory())
+        if not self._hwm_reset or self.device.type == "mps":
             self._stop.clear()
             self._thread = threading.Thread(target=self._sample, name="benchlib-peak-rss", daemon=True)
             self._thread.start()
@@ -118,6 +130,7 @@ class PeakMemory:
             cuda_alloc = int(torch.cuda.max_memory_allocated(self.device))
             cuda_reserved = int(torch.cuda.max_memory_reserved(self.device))
         elif self.device.type == "mps":
-            mps_alloc = int(torch.mps.current_allocated_memory())
+            mps_alloc = max(self._mps_peak, int(torch.mps.current_allocated_memory()))
             mps_driver = int(torch.mps.driver_allocated_memory())
-        return MemoryReport(self._baseline, peak, source, cuda_alloc, cuda_reserved, mps_alloc, mps_driver)
+        return MemoryReport(self._baseline, peak, source, cuda_alloc, cuda_reserved, mps_alloc, mps_driver,
+                            self._process_peak)

@@ -54,14 +54,23 @@ def visible_nvml_indices(cuda_visible_devices: str | None, device_count: int) ->
     return out
 
 
+def normal_uuid(uuid: str | bytes) -> str:
+    """A GPU UUID as both NVML ("GPU-8e1d...") and torch ("8e1d...") can be compared: bare, lower case."""
+    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    text = text.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
 class NvmlDevices:
     """NVML initialized once and a handle per chosen GPU (by NVML index); ``missing`` says what is not there.
 
-    ``gpu_indices`` None: the GPUs ``CUDA_VISIBLE_DEVICES`` names (when plain integers), else all.
+    Choose the GPUs by ``uuids`` (what torch reports for the devices a run uses: CUDA's order and NVML's
+    can differ, under ``CUDA_DEVICE_ORDER=FASTEST_FIRST`` or with mixed GPUs), or by NVML index
+    (``gpu_indices``); with neither, the GPUs ``CUDA_VISIBLE_DEVICES`` names (when plain integers), else all.
     Call :meth:`close` (or use ``with``) to shut NVML down again.
     """
 
-    def __init__(self, gpu_indices: Sequence[int] | None = None):
+    def __init__(self, gpu_indices: Sequence[int] | None = None, *, uuids: Sequence[str] | None = None):
         self.handles: dict[int, Any] = {}
         self.missing: dict[str, str] = {}
         self._initialized = False
@@ -76,13 +85,32 @@ class NvmlDevices:
             self.missing["gpu"] = f"NVML unavailable: {nvml_reason(exc)}"
             self.close()
             return
-        for i in self._choose(gpu_indices, count):
-            try:
-                self.handles[i] = pynvml.nvmlDeviceGetHandleByIndex(i)
-            except pynvml.NVMLError as exc:
-                self.missing[f"gpu{i}"] = f"no handle: {nvml_reason(exc)}"
+        if uuids is not None:
+            self._by_uuid([normal_uuid(u) for u in uuids], count)
+        else:
+            for i in self._choose(gpu_indices, count):
+                try:
+                    self.handles[i] = pynvml.nvmlDeviceGetHandleByIndex(i)
+                except pynvml.NVMLError as exc:
+                    self.missing[f"gpu{i}"] = f"no handle: {nvml_reason(exc)}"
         if not self.handles and "gpu" not in self.missing:
             self.missing["gpu"] = "no visible GPU" if count else "NVML reports no GPU"
+
+    def _by_uuid(self, wanted: list[str], count: int) -> None:
+        """Handles of the GPUs whose UUIDs are ``wanted``, keyed by their NVML index."""
+        found: set[str] = set()
+        for i in range(count):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                uuid = normal_uuid(pynvml.nvmlDeviceGetUUID(handle))
+            except pynvml.NVMLError:
+                continue
+            if uuid in wanted:
+                self.handles[i] = handle
+                found.add(uuid)
+        lost = [u for u in wanted if u not in found]
+        if lost:
+            self.missing["gpu_uuid"] = f"no NVML device has UUID {', '.join(lost)}"
 
     def _choose(self, gpu_indices: Sequence[int] | None, count: int) -> list[int]:
         if gpu_indices is not None:

@@ -167,8 +167,8 @@ def _nvml_queries() -> dict[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
 class _GpuSource:
     """Samples the chosen GPUs' NVML metrics; each metric read alone so one unsupported metric costs only itself."""
 
-    def __init__(self, gpu_indices: Sequence[int] | None):
-        self._devices = NvmlDevices(gpu_indices)
+    def __init__(self, gpu_indices: Sequence[int] | None, uuids: Sequence[str] | None):
+        self._devices = NvmlDevices(gpu_indices, uuids=uuids)
         self.handles = self._devices.handles
         self.missing = self._devices.missing
         self._disabled: set[str] = set()
@@ -205,12 +205,14 @@ class TelemetrySampler:
     """Samples telemetry in a daemon thread from ``start()`` to ``stop()`` (or as a context manager)."""
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, *, gpus: bool = True,
-                 gpu_indices: Sequence[int] | None = None):
+                 gpu_indices: Sequence[int] | None = None, gpu_uuids: Sequence[str] | None = None):
+        """``gpu_uuids`` (the run's devices as torch names them) or ``gpu_indices`` (NVML's) pick the GPUs."""
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.interval_s = float(interval_s)
         self.gpus = gpus
         self.gpu_indices = None if gpu_indices is None else list(gpu_indices)
+        self.gpu_uuids = None if gpu_uuids is None else list(gpu_uuids)
         self.result: Telemetry | None = None
         self._phase = ""
         self._stop = threading.Event()
@@ -234,7 +236,7 @@ class TelemetrySampler:
         self._cpu_source: CpuSource = open_cpu_source()
         self._strides = self._probe_slow_sources()
         if self.gpus:
-            self._gpu = _GpuSource(self.gpu_indices)
+            self._gpu = _GpuSource(self.gpu_indices, self.gpu_uuids)
             self._missing.update(self._gpu.missing)
         else:
             self._missing["gpu"] = "GPU sampling turned off (gpus=False)"

@@ -61,8 +61,10 @@ class StepTimer:
     """Times many consecutive steps on a device without a synchronize per step.
 
     CPU work is synchronous, so a host clock per step is exact. On CUDA a pair of events is recorded
-    around each step and read after one synchronize at the end of the region. On MPS events are used
-    where torch provides them, else the step is synchronized (recorded in ``sync_per_step``).
+    around each step on the current stream of the timer's own device (not the process's current device:
+    on ``cuda:1`` events recorded on ``cuda:0`` would time launches) and read after one synchronize at
+    the end of the region. On MPS events are used where torch provides them, else the step is
+    synchronized (recorded in ``sync_per_step``).
     """
 
     def __init__(self, device: torch.device):
@@ -81,17 +83,23 @@ class StepTimer:
             return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         return torch.mps.event.Event(enable_timing=True)
 
+    def _record(self, event: object) -> None:
+        if self.device.type == "cuda":
+            event.record(torch.cuda.current_stream(self.device))  # type: ignore[attr-defined]
+        else:
+            event.record()  # type: ignore[attr-defined]
+
     def start(self) -> None:
         if self._use_events:
             self._start_event = self._event()
-            self._start_event.record()  # type: ignore[attr-defined]
+            self._record(self._start_event)
         else:
             self._t0 = time.perf_counter()
 
     def stop(self) -> None:
         if self._use_events:
             end = self._event()
-            end.record()  # type: ignore[attr-defined]
+            self._record(end)
             self._pending.append((self._start_event, end))
         else:
             if self.sync_per_step:

@@ -1,7 +1,7 @@
 """Ceilings on disk: one file per machine and device in a results folder, measured on first use.
 
-A cached file is reused only for the device, and the torch build, it was measured with: a file another GPU
-model or torch version left under the same machine name is measured again.
+A cached file is reused only for the device, torch build and driver it was measured with: a file another
+GPU model, torch version or driver left under the same machine name is measured again.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ..env.devices import device_name
-from ..env.manifest import machine_name
+from ..env.manifest import driver_version, machine_name
 from ..store.atomic import atomic_write_json
 from ..store.layout import ResultsLayout
 from .ceilings import Ceilings, _resolve_device, measure_ceilings_robust
@@ -60,6 +60,10 @@ def stale_reason(cached: Ceilings, device: torch.device) -> str | None:
         return f"measured on '{cached.device_name}', not '{name}'"
     if cached.torch and cached.torch != torch.__version__:
         return f"measured with torch {cached.torch}, not {torch.__version__}"
+    if device.type == "cuda":
+        driver = driver_version()[0]
+        if cached.driver != driver:
+            return f"measured with driver {cached.driver}, not {driver}"
     return None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..env.devices import bf16_supported, device_name, resolve_hardware, synchronize
+from ..env.manifest import driver_version
 from ..instruments.timing import NOISY_IQR_OVER_MEDIAN, Samples
 from .model import ridge_point_flops_per_byte
 
@@ -62,6 +63,7 @@ class Ceilings:
     warmup: int = 0
     threads: int = 0
     torch: str = ""
+    driver: str | None = None
     measured_utc: str = ""
     method: str = ""
     machine: str = ""
@@ -264,7 +266,8 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         noisy=sorted(k for k, v in iqr.items() if v > NOISY_IQR_OVER_MEDIAN), skipped_dtypes=skipped,
         matmul_size=n, matmul_products_per_repeat=products_per_repeat, copy_bytes=n_bytes,
         copies_per_repeat=copies_per_repeat, repeats=repeats, warmup=warmup, threads=torch.get_num_threads(),
-        torch=torch.__version__, measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        torch=torch.__version__, driver=driver_version()[0] if dev.type == "cuda" else None,
+        measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(
             f"compute: C = A @ B, square n={n}, {matmul_flops(n)} FLOPs (2*n^3) per product, C preallocated; "
             f"{warmup} warmup products, then {repeats} timed repeats, each synchronized at both ends and looping "

@@ -38,6 +38,7 @@ def base_row(cfg: RunConfig, machine: str) -> Row:
     """The identifying columns of a row, known before anything runs (failure rows use them too)."""
     s = cfg.settings
     k = s.knobs
+    cuda = cfg.hardware.startswith("cuda")  # TF32 and cuDNN flags act on CUDA only: recorded as in effect
     row: Row = {
         "study": cfg.study, "run_id": cfg.run_id, "settings_digest": settings_digest(s),
         "settings_json": json.dumps(s.flat(), sort_keys=True), "machine": machine, "hardware": cfg.hardware,
@@ -47,8 +48,8 @@ def base_row(cfg: RunConfig, machine: str) -> Row:
         "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
         "benchlib_version": __version__, "started_utc": now_utc(),
         "optimizer": s.optimizer, "lr": s.lr, "epochs": s.epochs, "pretrained": s.pretrained,
-        "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": k.tf32,
-        "cudnn_benchmark": k.cudnn_benchmark, "memory_format": k.memory_format, "compile": k.compile,
+        "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": k.tf32 and cuda,
+        "cudnn_benchmark": k.cudnn_benchmark and cuda, "memory_format": k.memory_format, "compile": k.compile,
         "quantization": k.quantization, "warmup_steps": s.warmup_steps,
     }
     for column in ("train_steps", "train_step_s_median", "train_step_s_iqr", "train_samples_per_s", "epoch_s",
@@ -59,11 +60,23 @@ def base_row(cfg: RunConfig, machine: str) -> Row:
     return row
 
 
-def work_columns(cfg: RunConfig, num_classes: int) -> Row:
-    """Counted work and bytes of the configuration (MACs and FLOPs under their own names)."""
-    c = complexity_for_run(cfg.model, cfg.settings.image_size, cfg.batch_size, num_classes)
+# The dtype activations move in under each precision (weights stay as stored: fp32).
+ACTIVATION_DTYPES = {"fp32": torch.float32, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+
+
+def work_columns(cfg: RunConfig, num_classes: int, per_device_batch: int) -> Row:
+    """Counted work and bytes of the configuration (MACs and FLOPs under their own names).
+
+    Bytes are counted at the batch one device processes (the per-rank batch under data parallelism),
+    with activations in the dtype the variant computes in.
+    """
+    dtype = ACTIVATION_DTYPES[cfg.settings.knobs.precision]
+    c = complexity_for_run(cfg.model, cfg.settings.image_size, per_device_batch, num_classes, activation_dtype=dtype)
     return {
         "macs_per_sample": c.macs_per_sample, "flops_per_sample": c.flops_per_sample,
+        "non_mac_ops_per_sample": c.non_mac_ops_per_sample,
+        "non_mac_ops": "; ".join(f"{op}: {v:.6g}" for op, v in c.non_mac_ops.items()) or None,
+        "activation_dtype": c.activation_dtype,
         "train_flops_per_sample": c.train_flops_per_sample, "weight_bytes": c.model_size_bytes,
         "activation_bytes_per_sample": c.activation_bytes_per_sample, "bytes_per_sample": c.bytes_per_sample,
         "train_bytes_per_sample": c.train_bytes_per_sample, "arithmetic_intensity": c.arithmetic_intensity,
@@ -76,9 +89,14 @@ def _product(a: Any, b: Any) -> float | None:
     return float(a * b) if a is not None and b is not None and math.isfinite(a * b) else None
 
 
-def roof_columns(row: Mapping[str, Any], ceilings: Ceilings | None, device_type: str) -> Row:
-    """Achieved FLOP/s and where they sit under this machine's measured roof."""
+def roof_columns(row: Mapping[str, Any], ceilings: Ceilings | None, device_type: str, world_size: int = 1) -> Row:
+    """Achieved FLOP/s per device and where they sit under that device's measured roof.
+
+    Under data parallelism the training throughput is global: each of the ``world_size`` devices
+    achieves its share, and that share is what one device's roof bounds.
+    """
     train_fps = _product(row["train_flops_per_sample"], row["train_samples_per_s"])
+    train_fps = None if train_fps is None else train_fps / world_size
     infer_fps = _product(row["flops_per_sample"], row["infer_samples_per_s"])
     out: Row = {"achieved_train_flops_per_s": train_fps, "achieved_infer_flops_per_s": infer_fps}
     if ceilings is None:
@@ -112,13 +130,15 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
     }
 
 
-def latency_columns(lat1: Samples, latn: Samples, batch_size: int) -> Row:
+def latency_columns(lat1: Samples, latn: Samples, throughput: Samples, throughput_samples: int) -> Row:
+    """Latency percentiles per call, and throughput as samples over the summed back-to-back repeat times."""
     return {
         "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
         "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
         "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
         "batch_latency_ms_p99": _ms(latn.percentile(99)), "batch_latency_noisy": latn.noisy,
-        "infer_samples_per_s": batch_size / latn.median if latn.median > 0 else math.nan,
+        "infer_samples_per_s": throughput_samples / throughput.total if throughput.total > 0 else math.nan,
+        "infer_repeats": throughput.n, "infer_noisy": throughput.noisy,
     }
 
 
@@ -129,6 +149,7 @@ def memory_columns(mem: MemoryReport) -> Row:
         "peak_cuda_allocated_bytes": mem.peak_cuda_allocated_bytes,
         "peak_cuda_reserved_bytes": mem.peak_cuda_reserved_bytes,
         "mps_allocated_bytes": mem.mps_allocated_bytes, "mps_driver_allocated_bytes": mem.mps_driver_allocated_bytes,
+        "process_peak_rss_bytes": mem.process_peak_rss_bytes,
     }
 
 

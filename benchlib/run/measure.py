@@ -9,22 +9,23 @@ import itertools
 import json
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ..data.loaders import Loaders
-from ..engine.inference import example_batch, measure_latency
-from ..engine.knobs import backend_flags, compile_seconds, precision_context
-from ..engine.setup import build, check_runs, num_classes, wrap
+from ..engine.inference import BATCHES_PER_THROUGHPUT_REPEAT, example_batch, measure_latency, measure_throughput
+from ..engine.knobs import compile_report, compile_seconds, precision_context
+from ..engine.setup import build, check_runs, configuration, num_classes, wrap
 from ..engine.step import Trainer, in_memory_format
 from ..engine.train import EvalResult, evaluate, train
 from ..engine.weights import WeightsPlan, load_weights, save_weights
 from ..env import distributed
-from ..env.devices import device_name, resolve_hardware
+from ..env.devices import cuda_uuids, device_name, resolve_hardware
 from ..env.manifest import machine_name
-from ..instruments.energy import EnergyMeter
+from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
 from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
 from ..instruments.timing import Samples
@@ -47,6 +48,7 @@ from .columns import (
     training_columns,
     work_columns,
 )
+from .faults import maybe_inject_setup
 
 ProgressFn = Callable[[str], None]
 _CALIBRATION_BATCHES = 8
@@ -85,16 +87,23 @@ def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunS
     }
 
 
+def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> list[str] | None:
+    """The run's GPUs as NVML must find them: this device, or every local rank's device under torchrun."""
+    if device.type != "cuda":
+        return None
+    indices = list(range(distributed.local_world_size())) if dist_info else [device.index or 0]
+    return cuda_uuids(indices)
+
+
 def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
-            ceilings: Ceilings | None = None, sampler: TelemetrySampler | NullSampler | None = None,
-            weights: WeightsPlan | None = None) -> Measurement | None:
+            ceilings: Ceilings | None = None, weights: WeightsPlan | None = None) -> Measurement | None:
     """Train, evaluate and time one configuration.
 
     With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
-    Telemetry is sampled in the background from the first training step to the last latency repeat
-    (``sampler``, or one made here), and energy is read around the training loop and around the
-    working-batch latency repeats. Under torchrun the model trains data-parallel on every rank and only
-    rank 0 gets a measurement (others: None).
+    Telemetry of the run's own devices is sampled in the background from the first training step to the
+    last inference repeat, and energy is read around the training loop and around the back-to-back
+    inference batches. Under torchrun the model trains data-parallel on every rank and only rank 0
+    gets a measurement (others: None).
 
     With a ``weights`` plan, an inference-only variant (quantized) evaluates the weights its training
     configuration saved instead of training (its training columns are then empty, and
@@ -105,50 +114,87 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     """
     device = torch.device(resolve_hardware(cfg.hardware))
     check_runs(cfg.settings, device.type)
-    with backend_flags(cfg.settings.knobs):
-        return _measure(cfg, device, machine=machine, progress=progress, ceilings=ceilings, sampler=sampler,
+    dist_info = distributed.init(device)
+    device = distributed.rank_device(device, dist_info)
+    with configuration(device, cfg.settings):
+        return _measure(cfg, device, dist_info, machine=machine, progress=progress, ceilings=ceilings,
                         weights=weights)
 
 
-def _measure(cfg: RunConfig, device: torch.device, *, machine: str | None, progress: ProgressFn | None,
-             ceilings: Ceilings | None, sampler: TelemetrySampler | NullSampler | None,
-             weights: WeightsPlan | None) -> Measurement | None:
+def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.device,
+               meter: EnergyMeter) -> tuple[Samples, Samples, Samples, EnergyReading, EnergyReading]:
+    """Batch-1 latency, working-batch latency, and back-to-back throughput with an energy window around it.
+
+    The throughput repeats go on until the energy window is long enough to trust a GPU energy counter.
+    """
     s = cfg.settings
-    dist_info = distributed.init(device.type)
-    device = distributed.rank_device(device, dist_info)
+
+    def per_call() -> AbstractContextManager[object]:
+        return precision_context(s.knobs, device)
+
+    batch1 = in_memory_format(example_batch(loaders.test, 1, device), s.knobs)
+    batch_n = in_memory_format(example_batch(loaders.test, cfg.batch_size, device), s.knobs)
+    warm, repeats = s.infer_warmup_batches, s.latency_repeats
+    lat1 = measure_latency(net, batch1, warmup=warm, repeats=repeats, context=per_call)
+    latn = measure_latency(net, batch_n, warmup=warm, repeats=repeats, context=per_call)
+    e0 = meter.read()
+    times = list(measure_throughput(net, batch_n, warmup=0, repeats=repeats, context=per_call).values)
+    while meter.counts_gpu and time.monotonic() - e0.t_s < NVML_MIN_WINDOW_S:
+        times += measure_throughput(net, batch_n, warmup=0, repeats=repeats, context=per_call).values
+    return lat1, latn, Samples.of(times), e0, meter.read()
+
+
+def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInfo | None, *, machine: str | None,
+             progress: ProgressFn | None, ceilings: Ceilings | None, weights: WeightsPlan | None) -> Measurement | None:
+    s = cfg.settings
     local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
     world = dist_info.world_size if dist_info else 1
     row = base_row(cfg, machine or machine_name())
     row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
     row["device_name"] = device_name(device)
     t_start = time.perf_counter()
-    row.update(work_columns(cfg, num_classes(s)))  # counted before the memory window opens
+    row.update(work_columns(cfg, num_classes(s), local_batch))  # counted before the memory window opens
     memory = PeakMemory(device).start()
-    built = build(cfg, device, local_batch, (dist_info.rank, world) if dist_info else (0, 1))
-    model, loaders, per_epoch = built.model, built.loaders, built.per_epoch
-    trained_by = load_weights(weights, model) if weights is not None and weights.load else None
+    try:  # no collective runs in here, so a rank that fails can tell the others at the check below
+        maybe_inject_setup(cfg.run_id, dist_info.rank if dist_info else 0)
+        built = build(cfg, device, local_batch, (dist_info.rank, world) if dist_info else (0, 1))
+        model, loaders, per_epoch = built.model, built.loaders, built.per_epoch
+        trained_by = load_weights(weights, model) if weights is not None and weights.load else None
+    except Exception:
+        distributed.all_ok(False, dist_info)  # the other ranks stop too instead of waiting in a collective
+        raise
+    if not distributed.all_ok(True, dist_info):
+        raise RuntimeError("another data-parallel rank failed while setting the configuration up")
     train_net, infer_net = wrap(model, s, device, dist_info)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if progress:
         progress(f"{cfg.run_id}: evaluates the weights {trained_by} trained" if trained_by
                  else f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
-    if not s.telemetry:
-        sampler = NullSampler()
-    sampler = sampler or TelemetrySampler(s.telemetry_interval_s)
-    meter = EnergyMeter()
+    uuids = _gpu_uuids(device, dist_info)
+    sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpu_uuids=uuids)
+                                               if s.telemetry else NullSampler())
+    meter = EnergyMeter(gpu_uuids=uuids)
     try:
         sampler.start()
         sampler.set_phase("train")
         e_train0 = meter.read()
-        trained = None if trained_by else train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch,
-                                                 progress=progress)
+        trained = None
+        try:
+            if not trained_by:
+                trained = train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch, progress=progress)
+        except Exception:
+            distributed.all_ok(False, dist_info)  # the other ranks stop too instead of waiting in a collective
+            raise
+        if not distributed.all_ok(True, dist_info):
+            raise RuntimeError("another data-parallel rank failed during training")
         e_train1 = meter.read()
         in_sync = distributed.weights_in_sync(model, dist_info)
         if dist_info is not None and not dist_info.is_main:
             memory.stop()
             distributed.barrier(dist_info)  # wait while rank 0 evaluates
             return None
+        compiled = compile_report() if s.knobs.compile != "off" else None
         if trained is not None and weights is not None and weights.save:
             save_weights(weights, model, cfg.run_id)
         sampler.set_phase("eval")
@@ -157,13 +203,7 @@ def _measure(cfg: RunConfig, device: torch.device, *, machine: str | None, progr
         if not s.knobs.trains:
             infer_net, test, quant = _quantized(model, loaders, device, s, test, trained_by)
         sampler.set_phase("latency")
-        batch1 = in_memory_format(example_batch(loaders.test, 1, device), s.knobs)
-        batch_n = in_memory_format(example_batch(loaders.test, cfg.batch_size, device), s.knobs)
-        with precision_context(s.knobs, device):
-            lat1 = measure_latency(infer_net, batch1, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
-            e_infer0 = meter.read()
-            latn = measure_latency(infer_net, batch_n, warmup=s.infer_warmup_batches, repeats=s.latency_repeats)
-            e_infer1 = meter.read()
+        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, loaders, cfg, device, meter)
     finally:
         if sampler.running:
             sampler.stop()
@@ -174,31 +214,34 @@ def _measure(cfg: RunConfig, device: torch.device, *, machine: str | None, progr
     distributed.barrier(dist_info)
 
     synthetic = loaders.synthetic
-    infer_samples = cfg.batch_size * (s.infer_warmup_batches + s.latency_repeats)
+    infer_samples = cfg.batch_size * BATCHES_PER_THROUGHPUT_REPEAT * thr.n
     if trained is not None:  # an evaluate-only row has no training figures of its own
         row.update({
             **training_columns(trained, per_epoch, world),
             "train_accuracy": None if synthetic else trained.train_accuracy,
-            "compile_s": compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median)
-            if s.knobs.compile != "off" else None,
             **telemetry.summary("train"),
             **energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
                              trained.total_samples * world, device.type),
         })
+        if compiled is not None:
+            row.update(compile_s=compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median),
+                       compile_graphs=compiled.graphs, compile_graph_breaks=compiled.graph_breaks,
+                       compile_fell_back=compiled.fell_back, compile_fallback_reason=compiled.reason)
     row.update({
         "synthetic": synthetic, "num_classes": loaders.num_classes, "train_samples": loaders.train_samples,
         "test_samples": loaders.test_samples, "world_size": world, "per_rank_batch_size": local_batch,
         "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
         "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
         "test_accuracy": None if synthetic else test.accuracy,
-        **latency_columns(lat1, latn, cfg.batch_size),
+        **latency_columns(lat1, latn, thr, infer_samples),
         **memory_columns(mem),
         "params": params, "params_trainable": trainable, **quant,
         **energy_columns("infer", meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples, device.type),
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": now_utc(),
     })
-    row.update(roof_columns(row, ceilings, device.type))
-    samples = {"latency_s": list(lat1.values), "batch_latency_s": list(latn.values)}
+    row.update(roof_columns(row, ceilings, device.type, world))
+    samples = {"latency_s": list(lat1.values), "batch_latency_s": list(latn.values),
+               "infer_repeat_s": list(thr.values)}
     if trained is not None:
         samples.update({"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
                         "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,

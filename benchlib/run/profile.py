@@ -16,8 +16,7 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
-from ..engine.knobs import backend_flags
-from ..engine.setup import build, check_runs, wrap
+from ..engine.setup import build, check_runs, configuration, wrap
 from ..engine.step import Trainer, train_step
 from ..env.devices import resolve_hardware, synchronize
 from ..env.manifest import machine_name
@@ -131,7 +130,7 @@ def profile_training(cfg: RunConfig, out_dir: Path, *, wait: int = 1, warmup: in
         stale.unlink()
     device = torch.device(resolve_hardware(cfg.hardware))
     check_runs(cfg.settings, device.type)
-    with backend_flags(cfg.settings.knobs):
+    with configuration(device, cfg.settings):
         built = build(cfg, device, cfg.batch_size)
         net, _ = wrap(built.model, cfg.settings, device)
         trainer = Trainer.of(net, built.model, cfg.settings, device)

@@ -24,7 +24,6 @@ import torch
 from ..engine.weights import WeightsPlan, plan_weights, training_first
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
-from ..instruments.telemetry import NullSampler, TelemetrySampler
 from ..roofline.cache import ensure_ceilings
 from ..spec.settings import RunConfig, RunSettings
 from ..spec.study import expand_variants
@@ -61,10 +60,7 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
         torch.set_num_threads(cfg.settings.knobs.threads)
     try:
         ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware)) if main_rank else None
-        sampler = (TelemetrySampler(cfg.settings.telemetry_interval_s) if cfg.settings.telemetry
-                   else NullSampler())
-        measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, sampler=sampler,
-                           weights=weights)
+        measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, weights=weights)
         if measured is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
         row, samples, telemetry = measured.row, measured.samples, measured.telemetry

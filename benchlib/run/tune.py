@@ -27,8 +27,7 @@ import torch
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from ..engine.knobs import backend_flags
-from ..engine.setup import build, check_runs, wrap
+from ..engine.setup import build, check_runs, configuration, wrap
 from ..engine.step import Trainer
 from ..engine.train import TrainResult, evaluate, train
 from ..env.devices import resolve_hardware
@@ -84,7 +83,7 @@ def train_by_epoch(cfg: RunConfig, epochs: int, device: torch.device,
     """
     s = dataclasses.replace(cfg.settings, epochs=epochs, train_steps=None)
     check_runs(s, device.type)
-    with backend_flags(s.knobs):
+    with configuration(device, s):
         built = build(dataclasses.replace(cfg, settings=s), device, cfg.batch_size)
         train_net, infer_net = wrap(built.model, s, device)
         reports: list[EpochReport] = []

@@ -38,7 +38,8 @@ class RunSettings:
     synthetic_classes: int = setting(10, "classes of the synthetic data set", min=2)
     augment: bool = setting(True, "training augmentation where the data set defines one")
     num_workers: int = setting(0, "DataLoader worker processes", min=0, max=256)
-    pin_memory: bool = setting(False, "DataLoader pin_memory")
+    pin_memory: bool | None = setting(None, "DataLoader pin_memory (default: on for CUDA, so host-to-device "
+                                            "copies run asynchronously)")
     persistent_workers: bool = setting(False, "keep DataLoader workers between epochs (needs num_workers > 0)")
     pretrained: bool = setting(False, "start from torchvision's ImageNet weights (transfer learning)")
     freeze_backbone: bool = setting(False, "train only the new classifier head (needs pretrained)")
@@ -198,6 +199,9 @@ def check_consistency(s: RunSettings, where: str) -> None:
     if s.persistent_workers and s.num_workers == 0:
         raise ConfigError(f"{where}: key 'persistent_workers' is true with num_workers 0; allowed: "
                           "persistent_workers only with num_workers >= 1")
+    if s.knobs.compile != "off" and s.warmup_steps == 0:
+        raise ConfigError(f"{where}: key 'warmup_steps' is 0 with compile '{s.knobs.compile}'; allowed: warmup_steps "
+                          ">= 1 with compile (the first steps compile; timing them would put compile in a step time)")
     if s.dataset in DATASETS_NEEDING_PATH and not s.data_path:
         raise ConfigError(f"{where}: key 'data_path' is missing; dataset '{s.dataset}' needs the folder that holds "
                           "it on disk")

@@ -215,6 +215,8 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
         raise ConfigError(f"{where}: key 'description' is {type(description).__name__}; allowed: a string")
     tune = parse_tune(raw["tune"], where) if "tune" in raw else None
     variants = _variants(raw, where) if "variants" in raw else ()
+    for v in variants:
+        check_consistency(apply_variant(settings, v), f"{where}: variant '{v.name}'")
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
                        variants)

@@ -41,18 +41,22 @@ def _preset(name: str, **knobs: Any) -> Variant:
     return Variant(name, Knobs(**knobs))
 
 
+# Every preset of one device runs under the same backend settings, so a preset's speed-up is its own
+# knob's: on GPUs cuDNN autotunes (what users run) and fp32 stays strict fp32 (TF32 off).
+GPU_BACKEND: dict[str, Any] = {"cudnn_benchmark": True, "tf32": False}
+
 # The *-tuned entries are placeholders: parse_variant reads their knobs from the tuning study's export.
 PRESETS: dict[str, Variant] = {v.name: v for v in (
     _preset("cpu-default"),
     _preset("cpu-quantized", quantization="static_int8"),
     _preset("cpu-compiled", compile="default"),
     _preset("cpu-tuned"),
-    _preset("gpu-default"),
-    _preset("gpu-amp", precision="amp_fp16", cudnn_benchmark=True),
-    _preset("gpu-bf16", precision="amp_bf16"),
-    _preset("gpu-channels-last", memory_format="channels_last"),
-    _preset("gpu-compiled", compile="default"),
-    _preset("gpu-tuned"),
+    _preset("gpu-default", **GPU_BACKEND),
+    _preset("gpu-amp", precision="amp_fp16", **GPU_BACKEND),
+    _preset("gpu-bf16", precision="amp_bf16", **GPU_BACKEND),
+    _preset("gpu-channels-last", memory_format="channels_last", **GPU_BACKEND),
+    _preset("gpu-compiled", compile="default", **GPU_BACKEND),
+    _preset("gpu-tuned", **GPU_BACKEND),
 )}
 
 # Run settings a tuned variant may override, plus the batch size (a grid value, not a setting).
@@ -109,7 +113,8 @@ def _load_tuned(preset: str, where: str, tuned_dir: Path | None) -> Variant:
         raise ConfigError(f"{path}: expected a mapping of variant keys, got {type(raw).__name__}; "
                           f"allowed keys: {', '.join(VARIANT_KEYS)}")
     raw = {k: v for k, v in raw.items() if k != "source"}  # provenance written by benchlib tune
-    return _variant_from_mapping(raw, str(path), name=preset)
+    base = GPU_BACKEND if preset.startswith("gpu-") else {}  # a tuned preset keeps its device's backend settings
+    return _variant_from_mapping({**base, **raw}, str(path), name=preset)
 
 
 def parse_variant(spec: str | Mapping[str, Any], where: str, *, tuned_params_dir: Path | None = None) -> Variant:

@@ -67,8 +67,8 @@ SETTINGS = _group(
     ("pretrained", "", "started from ImageNet weights (transfer learning)"),
     ("freeze_backbone", "", "only the new classifier head trained"),
     ("num_workers", "", "DataLoader worker processes"),
-    ("tf32", "", "TF32 matmuls and convolutions allowed (CUDA)"),
-    ("cudnn_benchmark", "", "cuDNN autotuning on (CUDA)"),
+    ("tf32", "", "TF32 matmuls and convolutions allowed (CUDA; false elsewhere, where it does not apply)"),
+    ("cudnn_benchmark", "", "cuDNN autotuning on (CUDA; false elsewhere, where it does not apply)"),
     ("memory_format", "", "nchw or channels_last"),
     ("compile", "", "torch.compile mode, or off"),
     ("quantization", "", "none, dynamic or static_int8"),
@@ -93,13 +93,19 @@ TRAINING = _group(
     ("train_samples_per_s", "samples/s", "training throughput: samples over the summed timed step times"),
     ("data_wait_s_total", "s", "time the timed steps waited for their batch"),
     ("data_wait_fraction", "", "share of the timed training time spent waiting for data"),
-    ("epoch_s", "s", "median time of a full epoch, data pipeline included"),
+    ("epoch_s", "s", "median time of a full epoch, data pipeline included (a compiled variant's first epoch, which "
+                     "compiles, is left out)"),
     ("epoch_s_iqr", "s", "interquartile range of the epoch times"),
     ("epochs_timed", "epochs", "full epochs behind epoch_s"),
     ("final_loss", "", "mean training loss of the last epoch"),
     ("step_sync", "", "how steps were timed: region (events, one synchronize) or per-step"),
     ("train_accuracy", "", "running top-1 accuracy over the last epoch's (augmented) batches"),
-    ("compile_s", "s", "torch.compile time, taken out of the warmup steps (never inside a step time)"),
+    ("compile_s", "s", "torch.compile time, taken out of the warmup steps (never inside a step or epoch time)"),
+    ("compile_graphs", "graphs", "graphs dynamo compiled in the configuration"),
+    ("compile_graph_breaks", "breaks", "graph breaks dynamo met (each runs eager in between)"),
+    ("compile_fell_back", "", "dynamo gave up (recompile limit) and the model ran eager: the row is not a compiled "
+                              "figure"),
+    ("compile_fallback_reason", "", "why dynamo fell back to eager"),
 )
 EVALUATION = _group(
     ("val_samples_per_s", "samples/s", "evaluation throughput over the test split with its DataLoader"),
@@ -116,7 +122,10 @@ LATENCY = _group(
     ("batch_latency_ms_p90", "ms", "latency at the working batch, 90th percentile"),
     ("batch_latency_ms_p99", "ms", "latency at the working batch, 99th percentile"),
     ("batch_latency_noisy", "", "working-batch latencies spread too much to trust: IQR/median > 10%"),
-    ("infer_samples_per_s", "samples/s", "inference throughput at the working batch"),
+    ("infer_samples_per_s", "samples/s", "inference throughput at the working batch: samples over the summed time of "
+                                         "repeats of back-to-back batches, one synchronize per repeat"),
+    ("infer_repeats", "repeats", "timed repeats behind infer_samples_per_s (each of several batches)"),
+    ("infer_noisy", "", "throughput repeats spread too much to trust: IQR/median > 10%"),
 )
 MEMORY = _group(
     ("rss_baseline_bytes", "bytes", "resident memory of the process before the model was built"),
@@ -125,8 +134,10 @@ MEMORY = _group(
     ("peak_rss_source", "", "how the peak was read: VmHWM (kernel high-water mark) or psutil-sampled"),
     ("peak_cuda_allocated_bytes", "bytes", "CUDA allocator peak of allocated memory (reset per configuration)"),
     ("peak_cuda_reserved_bytes", "bytes", "CUDA allocator peak of reserved memory (reset per configuration)"),
-    ("mps_allocated_bytes", "bytes", "MPS memory allocated by tensors at the end"),
+    ("mps_allocated_bytes", "bytes", "MPS memory allocated by tensors, peak of samples every 50 ms"),
     ("mps_driver_allocated_bytes", "bytes", "MPS memory the Metal driver holds at the end"),
+    ("process_peak_rss_bytes", "bytes", "the process's own resident peak before this configuration reset the "
+                                        "high-water mark (what /usr/bin/time would report, up to this point)"),
 )
 MODEL = _group(
     ("params", "parameters", "parameters of the model"),
@@ -141,18 +152,26 @@ MODEL = _group(
 )
 WORK = _group(
     ("macs_per_sample", "MAC", "multiply-accumulates of one forward pass per sample (fvcore)"),
-    ("flops_per_sample", "FLOP", "floating-point operations of one forward pass per sample (FlopCounterMode)"),
+    ("flops_per_sample", "FLOP", "floating-point operations of one forward pass per sample (FlopCounterMode), over "
+                                 "the same operators as macs_per_sample: exactly twice it"),
+    ("non_mac_ops_per_sample", "op", "fvcore's count of the work in normalization and pooling layers per sample "
+                                     "(element-wise, in fvcore's units); in neither macs nor flops"),
+    ("non_mac_ops", "", "non_mac_ops_per_sample by operator"),
+    ("activation_dtype", "", "dtype the activations move in (bfloat16 or float16 under autocast)"),
     ("train_flops_per_sample", "FLOP", "FLOPs of forward and backward per sample, counted"),
     ("weight_bytes", "bytes", "bytes of parameters and floating-point buffers"),
-    ("activation_bytes_per_sample", "bytes", "input and output activation bytes of every layer per sample"),
-    ("bytes_per_sample", "bytes", "bytes moved per inference sample: weights once per batch plus activations"),
+    ("activation_bytes_per_sample", "bytes", "input and output activation bytes of every layer per sample, in "
+                                             "activation_dtype"),
+    ("bytes_per_sample", "bytes", "bytes moved per inference sample: weights once per batch plus activations, at "
+                                  "the batch one device processes"),
     ("train_bytes_per_sample", "bytes", "bytes moved per training sample: weights, activations and gradients"),
     ("arithmetic_intensity", "FLOP/byte", "inference FLOPs over bytes moved"),
     ("train_arithmetic_intensity", "FLOP/byte", "training FLOPs over bytes moved"),
     ("uncounted_ops", "", "operators a counter ran but could not count (never a silent zero)"),
 )
 ROOF = _group(
-    ("achieved_train_flops_per_s", "FLOP/s", "training FLOPs per sample times training throughput"),
+    ("achieved_train_flops_per_s", "FLOP/s", "training FLOPs per sample times training throughput, per device "
+                                             "(divided by world_size under data parallelism)"),
     ("achieved_infer_flops_per_s", "FLOP/s", "forward FLOPs per sample times inference throughput"),
     ("roof_dtype", "", "the ceiling the configuration runs under: fp32, tf32, fp16, bf16 or int8"),
     ("roof_peak_flops_per_s", "FLOP/s", "measured compute ceiling of that dtype on this machine"),

@@ -1,0 +1,344 @@
+"""The accelerator paths, shown on the CPU where a test can show them (and on a GPU where only a GPU can).
+
+Each test names the defect it guards against: events on the wrong device, reserved peaks carried over,
+compile inside timed figures, telemetry of the wrong GPUs, DDP rows against one GPU's roof, fp32 bytes for
+AMP, a synchronize per step, unfair presets, inference throughput as 1/latency, stale ceilings, silent
+eager fallback, energy windows too short to trust.
+"""
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+import benchlib.engine.setup as setup
+import benchlib.instruments.timing as timing
+from benchlib.cli import main
+from benchlib.data.loaders import build_loaders
+from benchlib.engine import inference
+from benchlib.engine.knobs import compile_report, reset_compiler
+from benchlib.engine.train import check_losses, check_step, evaluate
+from benchlib.errors import ConfigError, NonFiniteLossError
+from benchlib.instruments import energy as en
+from benchlib.instruments.energy import EnergyMeter, gpu_counter_j
+from benchlib.instruments.nvml import pynvml
+from benchlib.instruments.telemetry import TelemetrySampler
+from benchlib.roofline import cache
+from benchlib.roofline.ceilings import Ceilings
+from benchlib.run.columns import roof_columns, work_columns
+from benchlib.run.record import record
+from benchlib.spec.settings import RunConfig, RunSettings
+from benchlib.spec.study import parse_study
+from benchlib.spec.variants import PRESETS
+from benchlib.store.rows import read_samples
+
+TINY = dict(dataset="digits", image_size=32, train_subset=64, test_subset=40, train_steps=2, warmup_steps=1,
+            infer_warmup_batches=1, latency_repeats=3, epochs=1)
+
+
+# ---------------------------------------------------------------- 1. events on the run's device
+
+class _FakeEvent:
+    recorded: list[object] = []
+
+    def __init__(self, enable_timing: bool = False):
+        pass
+
+    def record(self, stream=None):
+        _FakeEvent.recorded.append(stream)
+
+    def elapsed_time(self, other):
+        return 2.0
+
+
+def test_step_events_are_recorded_on_the_stream_of_the_runs_own_device(monkeypatch):
+    asked = []
+    _FakeEvent.recorded = []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: asked.append(device) or f"stream of {device}")
+    monkeypatch.setattr(timing, "synchronize", lambda device: None)
+    timer = timing.StepTimer(torch.device("cuda", 1))
+    for _ in range(2):
+        timer.start()
+        timer.stop()
+    assert timer.collect() == [0.002, 0.002]
+    assert asked == [torch.device("cuda", 1)] * 4, "never the process's current device (cuda:0)"
+    assert _FakeEvent.recorded == ["stream of cuda:1"] * 4
+
+
+# ---------------------------------------------------------------- 2. a clean slate per configuration
+
+def test_each_configuration_starts_from_an_empty_cache_and_no_compiled_graphs(monkeypatch):
+    calls = []
+    monkeypatch.setattr(setup.gc, "collect", lambda: calls.append("gc"))
+    monkeypatch.setattr(setup, "synchronize", lambda device: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(setup, "reset_compiler", lambda: calls.append("reset_compiler"))
+    setup.fresh_state(torch.device("cuda", 0))
+    assert calls == ["gc", "synchronize", "empty_cache", "reset_compiler"]
+    calls.clear()
+    setup.fresh_state(torch.device("cpu"))
+    assert calls == ["gc", "reset_compiler"]
+
+
+# ---------------------------------------------------------------- 3. compile and autotuning out of timed figures
+
+class _ShapeSpy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 4 * 4, 5)
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        self.seen.append(int(x.shape[0]))
+        return self.fc(x.flatten(1))
+
+
+def test_evaluation_warms_every_input_shape_before_its_timed_pass():
+    data = torch.utils.data.TensorDataset(torch.randn(10, 3, 4, 4), torch.randint(0, 5, (10,)))
+    model = _ShapeSpy()
+    result = evaluate(model, torch.utils.data.DataLoader(data, batch_size=4), torch.device("cpu"))
+    assert model.seen == [4, 2, 4, 4, 2], "both shapes (full and last partial batch) once, untimed, first"
+    assert result.samples == 10
+
+
+def test_a_compiled_variants_first_epoch_is_left_out_of_epoch_time(tmp_path):
+    from benchlib.engine.knobs import unsupported_reason
+
+    if unsupported_reason(PRESETS["cpu-compiled"].knobs, "cpu", training=True):
+        pytest.skip("no C++ compiler for inductor")
+    s = RunSettings.of(**{**TINY, "train_steps": None, "epochs": 2, "train_subset": 32, "compile": "default"})
+    row = record(RunConfig("c", "cpu", "squeezenet1_1", 16, s), tmp_path, progress=None)
+    assert row["status"] == "ok" and row["epochs_timed"] == 1, "epoch 0 compiles: compile_s holds it"
+    assert row["compile_s"] > 0 and row["compile_fell_back"] is False and row["compile_graphs"] >= 1
+
+
+def test_compile_without_warmup_is_refused():
+    with pytest.raises(ConfigError, match="warmup_steps' is 0 with compile"):
+        parse_study({"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8],
+                     "warmup_steps": 0, "variants": ["cpu-default", "cpu-compiled"]}, "p.yaml")
+
+
+# ---------------------------------------------------------------- 4. telemetry and energy of the run's own GPU
+
+class _UuidNvml:
+    """Three GPUs whose NVML order differs from CUDA's; each reports its UUID and a power draw."""
+
+    uuids = {0: "GPU-CCC", 1: "GPU-aaa", 2: "GPU-bbb"}
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 3)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: SimpleNamespace(index=i))
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: self.uuids[h.index])
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", lambda h: 1000 * (h.index + 1))
+        rates = SimpleNamespace(gpu=50, memory=10)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", lambda h: rates)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(used=1))
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetPowerUsage", lambda h: 100_000)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetTemperature", lambda h, sensor: 40)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetClockInfo", lambda h, clock: 1000)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+        return self
+
+
+def test_telemetry_and_energy_follow_the_runs_gpu_by_uuid_not_by_index(monkeypatch):
+    _UuidNvml().install(monkeypatch)
+    with TelemetrySampler(0.05, gpu_uuids=["bbb"]) as sampler:  # torch's name of NVML's GPU 2
+        pass
+    gpu_columns = {c for c in sampler.result.frame.columns if c.startswith("gpu")}
+    assert gpu_columns and all(c.startswith("gpu2_") for c in gpu_columns), "one GPU, not all three pooled"
+    with EnergyMeter(gpu_uuids=["GPU-AAA"]) as meter:
+        assert set(meter.read().gpu_energy_mj) == {1}
+    with EnergyMeter(gpu_uuids=["ddd"]) as meter:
+        assert not meter.counts_gpu and "ddd" in meter.reasons["gpu_uuid"]
+
+
+# ---------------------------------------------------------------- 5. DDP rows against one device's roof
+
+def _row(**kw):
+    base = dict(train_flops_per_sample=1e9, train_samples_per_s=200.0, flops_per_sample=3e8,
+                infer_samples_per_s=1000.0, precision="fp32", tf32=False, quantization="none",
+                train_arithmetic_intensity=50.0, arithmetic_intensity=60.0)
+    return {**base, **kw}
+
+
+def test_a_data_parallel_row_is_placed_per_device():
+    roof = Ceilings("cuda:0", "GPU", peak_flops_per_s={"fp32": 1e12}, bandwidth_bytes_per_s=1e11)
+    one = roof_columns(_row(), roof, "cuda", world_size=1)
+    four = roof_columns(_row(), roof, "cuda", world_size=4)
+    assert four["achieved_train_flops_per_s"] == pytest.approx(one["achieved_train_flops_per_s"] / 4)
+    assert four["roof_fraction"] == pytest.approx(one["roof_fraction"] / 4)
+
+
+def test_bytes_are_counted_at_the_batch_one_device_processes_and_in_the_autocast_dtype():
+    s = RunSettings.of(**TINY)
+    whole = work_columns(RunConfig("s", "cpu", "resnet18", 64, s), 10, per_device_batch=64)
+    share = work_columns(RunConfig("s", "cpu", "resnet18", 64, s), 10, per_device_batch=16)
+    assert share["bytes_per_sample"] > whole["bytes_per_sample"], "weights amortize over the per-rank batch"
+    bf16 = work_columns(RunConfig("s", "cpu", "resnet18", 64, s.updated(precision="amp_bf16")), 10, 64)
+    assert bf16["activation_dtype"] == "bfloat16"
+    assert bf16["activation_bytes_per_sample"] == pytest.approx(whole["activation_bytes_per_sample"] / 2)
+    assert bf16["arithmetic_intensity"] > whole["arithmetic_intensity"]
+
+
+# ---------------------------------------------------------------- 6. no synchronize per step
+
+class _Unreadable(torch.Tensor):
+    """A loss that fails the test if anything reads its value on the host."""
+
+    def __bool__(self):
+        raise AssertionError("the loss was read on the host: a synchronize per step")
+
+    def item(self):
+        raise AssertionError("the loss was read on the host: a synchronize per step")
+
+
+def test_the_per_step_guard_never_reads_the_loss():
+    check_step(torch.tensor(float("nan")).as_subclass(_Unreadable), 3, None)
+
+
+def test_a_non_finite_loss_is_caught_at_the_epochs_end_with_its_step():
+    check_losses([0.5, 0.4], 0)
+    with pytest.raises(NonFiniteLossError, match=r"\(nan\) at step 12"):
+        check_losses([0.5, float("nan"), float("inf")], 11)
+
+
+def test_pinned_memory_is_the_default_on_cuda_only():
+    s = RunSettings.of(**TINY)
+    assert build_loaders(s, 8, torch.device("cuda")).train.pin_memory is True
+    assert build_loaders(s, 8, torch.device("cpu")).train.pin_memory is False
+    assert build_loaders(s.updated(pin_memory=False), 8, torch.device("cuda")).train.pin_memory is False
+
+
+# ---------------------------------------------------------------- 11. fair presets
+
+def test_every_preset_of_a_device_shares_its_backend_settings():
+    for prefix in ("cpu-", "gpu-"):
+        backends = {(v.knobs.tf32, v.knobs.cudnn_benchmark) for n, v in PRESETS.items() if n.startswith(prefix)}
+        assert len(backends) == 1, (prefix, backends)
+
+
+# ---------------------------------------------------------------- 12. inference throughput, not 1/latency
+
+def test_throughput_runs_batches_back_to_back_with_one_synchronize_per_repeat(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(inference, "synchronize", lambda device: syncs.append(device))
+    calls = []
+    model = _ShapeSpy()
+    model.register_forward_hook(lambda *a: calls.append(1))
+    samples = inference.measure_throughput(model, torch.randn(4, 3, 4, 4), warmup=2, repeats=3,
+                                           batches_per_repeat=5)
+    assert samples.n == 3 and len(calls) == 2 + 15
+    assert len(syncs) == 1 + 3, "after the warmup, then once per repeat: never per batch"
+
+
+def test_autocast_is_entered_around_every_inference_call():
+    entered = []
+
+    class Ctx:
+        def __enter__(self):
+            entered.append(1)
+
+        def __exit__(self, *a):
+            return False
+
+    inference.measure_latency(_ShapeSpy(), torch.randn(1, 3, 4, 4), warmup=1, repeats=4, context=Ctx)
+    assert len(entered) == 5
+
+
+def test_a_rows_inference_throughput_is_samples_over_summed_timed_work(tmp_path):
+    row = record(RunConfig("t", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY)), tmp_path, progress=None)
+    repeats = read_samples(tmp_path, row).query("series == 'infer_repeat_s'")["value"]
+    assert row["infer_repeats"] == len(repeats) == 3
+    assert row["infer_samples_per_s"] == pytest.approx(8 * inference.BATCHES_PER_THROUGHPUT_REPEAT * 3 / repeats.sum())
+    assert row["process_peak_rss_bytes"] >= row["rss_baseline_bytes"] > 0
+
+
+# ---------------------------------------------------------------- 13. ceilings keyed by what measured them
+
+def test_cached_ceilings_of_another_device_or_torch_are_measured_again(tmp_path, monkeypatch):
+    measured = []
+
+    def fake_measure(device, **kw):
+        measured.append(device)
+        return Ceilings(str(device), cache.device_name(device), peak_flops_per_s={"fp32": 1e11},
+                        bandwidth_bytes_per_s=1e10, torch=torch.__version__)
+
+    monkeypatch.setattr(cache, "measure_ceilings_robust", fake_measure)
+    first = cache.ensure_ceilings(tmp_path, "cpu")
+    assert cache.ensure_ceilings(tmp_path, "cpu").peak_flops_per_s == first.peak_flops_per_s and len(measured) == 1
+    path = next((tmp_path / "ceilings").glob("*.json"))
+    for stale in ({"device_name": "Another CPU"}, {"torch": "1.0.0"}):
+        path.write_text(json.dumps({**json.loads(path.read_text()), **stale}))
+        with pytest.warns(UserWarning, match="re-measuring ceilings"):
+            cache.ensure_ceilings(tmp_path, "cpu")
+    assert len(measured) == 3
+
+
+# ---------------------------------------------------------------- 14. eager fallback is said, not silent
+
+def test_a_model_past_its_recompile_limit_is_reported_as_fallen_back():
+    reset_compiler()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        model = torch.compile(nn.Linear(4, 4), backend="eager", dynamic=False)
+        for n in (1, 2, 3):
+            model(torch.randn(n, 4))
+    report = compile_report()
+    assert report.fell_back and "recompile limit" in report.reason.lower()
+    reset_compiler()
+    model = torch.compile(nn.Linear(4, 4), backend="eager", dynamic=False)
+    model(torch.randn(2, 4))
+    assert not compile_report().fell_back and compile_report().graphs == 1
+
+
+# ---------------------------------------------------------------- 15. energy windows long enough to trust
+
+def test_an_nvml_window_under_a_second_is_unmeasurable():
+    joules, reason = gpu_counter_j(1000, 1500, 0.5)
+    assert joules is None and ">= 1 s" in reason and "not 0 J" in reason
+    assert gpu_counter_j(1000, 3000, en.NVML_MIN_WINDOW_S)[0] == pytest.approx(2.0)
+
+
+# ---------------------------------------------------------------- 16. smaller ones
+
+def test_a_numbered_gpu_with_several_processes_is_refused_before_launch(capsys):
+    assert main(["run", "--model", "resnet18", "--device", "cuda:1", "--nproc-per-node", "2"]) == 2
+    assert "cuda (each process takes cuda:LOCAL_RANK" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+def test_one_configuration_recorded_on_cuda(tmp_path):
+    row = record(RunConfig("g", "cuda", "squeezenet1_1", 16, RunSettings.of(**TINY)), tmp_path, progress=None)
+    assert row["status"] == "ok" and row["step_sync"] == "region"
+    assert row["peak_cuda_allocated_bytes"] > 0 and row["peak_cuda_reserved_bytes"] >= row["peak_cuda_allocated_bytes"]
+    assert math.isfinite(row["train_samples_per_s"]) and row["infer_samples_per_s"] > 0
+
+
+@pytest.mark.gpu
+def test_reserved_peak_does_not_carry_over_from_a_larger_configuration(tmp_path):
+    def reserved(batch):
+        s = RunSettings.of(**{**TINY, "dataset": "synthetic", "synthetic_samples": batch * 4})
+        return record(RunConfig("g", "cuda", "resnet18", batch, s), tmp_path, progress=None)["peak_cuda_reserved_bytes"]
+
+    small_first = reserved(8)
+    reserved(256)
+    assert reserved(8) <= 1.1 * small_first
+
+
+@pytest.mark.gpu
+def test_the_nvml_handle_of_the_run_is_the_torch_devices(monkeypatch):
+    from benchlib.env.devices import cuda_uuids
+    from benchlib.instruments.nvml import NvmlDevices, normal_uuid
+
+    uuid = cuda_uuids([0])
+    with NvmlDevices(uuids=uuid) as nv:
+        assert len(nv.handles) == 1
+        assert normal_uuid(pynvml.nvmlDeviceGetUUID(next(iter(nv.handles.values())))) == normal_uuid(uuid[0])
