@@ -6,6 +6,7 @@ traceback unless ``--debug``.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     """One validated configuration from ``run``/``profile`` arguments (threads applied)."""
     from .env.distributed import launched_world_size
     from .env.threads import apply_threads
-    from .run.preflight import check_data, check_hardware
+    from .run.preflight import check_hardware, check_settings
     from .spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
     from .spec.variants import apply_variant, parse_variant
     from .spec.vocab import MODELS
@@ -81,8 +82,8 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.batch_size < 1:
         raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
     check_batch_sizes([args.batch_size], settings, "command line")
-    check_data(settings, "command line")
     check_hardware([args.device], "command line", key="--device")
+    check_settings(settings, [args.model], "command line")
     apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
     return RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
 
@@ -246,7 +247,7 @@ def _cmd_flops(args: argparse.Namespace) -> int:
     import torch
 
     from .nets.flops import complexity, layer_table
-    from .nets.models import build_model
+    from .nets.models import build_model, smallest_image_size
     from .spec.vocab import MODELS
 
     if args.model not in MODELS:
@@ -255,6 +256,10 @@ def _cmd_flops(args: argparse.Namespace) -> int:
                              ("--num-classes", args.num_classes, 2)):
         if value < low:
             raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
+    smallest = smallest_image_size(args.model)
+    if args.image_size < smallest:
+        raise ConfigError(f"command line: --image-size {args.image_size}: too small for {args.model} (its layers "
+                          f"shrink it to nothing); allowed: --image-size >= {smallest} for {args.model}")
     dtype = getattr(torch, _DTYPES[args.dtype])
     c = complexity(args.model, args.image_size, batch_size=args.batch_size, num_classes=args.num_classes, dtype=dtype)
     if args.json:
@@ -438,6 +443,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
+    except OSError as exc:  # the environment failed: a full disk, a read-only or vanished folder
+        if args.debug or exc.errno not in _ENVIRONMENT_ERRNOS:
+            raise
+        what = "disk full" if exc.errno == errno.ENOSPC else "cannot write"
+        print(f"benchlib: error: {what}: {exc.filename or ''}: {exc.strerror}; complete rows are kept: fix it and "
+              "run the same command again to resume", file=sys.stderr)
+        return 1
+
+
+_ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.ENAMETOOLONG)
 
 
 if __name__ == "__main__":  # pragma: no cover

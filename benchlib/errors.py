@@ -38,6 +38,12 @@ class ResultsFileError(BenchlibError):
     """A results file is unreadable, truncated or not a benchlib results file."""
 
 
+class DiskFull(BenchlibError):
+    """The disk filled while results were written: complete rows are kept, the command resumes when re-run."""
+
+    exit_code = 1
+
+
 class MeasurementOutcome(RuntimeError):
     """A configuration produced no measurement; ``status`` is the word its row records."""
 

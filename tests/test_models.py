@@ -70,7 +70,7 @@ def test_weights_load_refuses_pickled_code(tmp_path):
 
     file = tmp_path / "evil.pth"
     torch.save({"x": Evil()}, file)
-    with pytest.raises(WeightsUnavailableError, match="cannot be loaded as a plain state_dict"):
+    with pytest.raises(WeightsUnavailableError, match="not a PyTorch checkpoint"):
         build_model("resnet18", 2, pretrained=True, weights_path=str(file))
 
 

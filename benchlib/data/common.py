@@ -93,7 +93,15 @@ class FileImageDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         file_path, label = self.samples[index]
+        return self.transform(open_rgb(file_path)), label
+
+
+def open_rgb(file_path: str) -> Image.Image:
+    """An image file as RGB (a few Tiny-ImageNet images are grayscale); a file that does not decode is named."""
+    try:
         with Image.open(file_path) as image:
-            rgb = image.convert("RGB")  # a few Tiny-ImageNet images are grayscale
-        return self.transform(rgb), label
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for truncated and foreign files
+        raise DataPathError(f"image '{file_path}' cannot be read ({type(error).__name__}: {error}); allowed: an "
+                            "image file PIL decodes (remove or replace it)") from None
 

@@ -8,7 +8,7 @@ from torchvision import transforms
 from torchvision.datasets import ImageFolder
 
 from ..errors import DataPathError
-from .common import IMAGENET_MEAN, IMAGENET_STD, DatasetSplits, image_transforms, maybe_subset
+from .common import IMAGENET_MEAN, IMAGENET_STD, DatasetSplits, image_transforms, maybe_subset, open_rgb
 
 LAYOUT = ("a train split folder (train or training_set) and a test split folder (test, test_set, val or "
           "validation), each with one subfolder per class")
@@ -60,7 +60,7 @@ def matching_class_folders(train_dir: str, test_dir: str) -> list[str]:
 
 def _image_folder(split_dir: str, transform: transforms.Compose) -> ImageFolder:
     try:
-        return ImageFolder(split_dir, transform=transform)
+        return ImageFolder(split_dir, transform=transform, loader=open_rgb)
     except (FileNotFoundError, OSError) as error:  # e.g. a class folder without image files
         raise DataPathError(f"data path '{split_dir}' has a class folder without images: expected image files "
                             f"in every class folder ({error})") from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import urllib.error
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -65,9 +66,8 @@ def _load_weights_file(path: Path, name: str) -> dict[str, torch.Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise WeightsUnavailableError(
-            f"weights file '{path}' cannot be loaded as a plain state_dict (weights_only=True): {first}"
-        ) from exc
+        raise WeightsUnavailableError(f"weights file '{path}' is not a PyTorch checkpoint that loads as a plain "
+                                      f"state_dict (weights_only=True says: {first})") from exc
     if not isinstance(state, dict):
         raise WeightsUnavailableError(
             f"weights file '{path}' holds a {type(state).__name__}, not a state_dict of {name}"
@@ -132,3 +132,41 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return total, trainable
+
+
+def check_weights_file(name: str, path: Path) -> None:
+    """Refuse, in one line, weights that do not exist, do not load as a plain state_dict, or do not fit ``name``.
+
+    Checked on the CPU against torchvision's ImageNet layout of the model, before any configuration runs.
+    """
+    if not path.is_file():
+        raise WeightsUnavailableError(f"weights_path '{path}' does not exist: give a .pth state_dict of {name}")
+    state = _load_weights_file(path, name)
+    expected = torchvision.models.get_model(name, weights=None).state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    reshaped = [k for k in expected if k in state and tuple(state[k].shape) != tuple(expected[k].shape)]
+    if missing or unexpected or reshaped:
+        example = (missing or unexpected or reshaped)[0]
+        raise WeightsUnavailableError(
+            f"weights file '{path}' does not fit {name}: {len(missing)} of its keys missing, {len(unexpected)} "
+            f"unexpected, {len(reshaped)} of another shape (e.g. '{example}'); allowed: a state_dict of {name} "
+            "in torchvision's ImageNet layout")
+
+
+_PROBE_SIZES_PX = (8, 16, 24, 32, 40, 48, 64, 96, 128, 160, 224)
+
+
+@cache
+def smallest_image_size(name: str) -> int:
+    """The smallest square input (of a few probed sizes) the network takes: one forward pass of zeros on the CPU."""
+    with torch.random.fork_rng(devices=[]):
+        model = torchvision.models.get_model(name, weights=None, num_classes=10).eval()
+    for size in _PROBE_SIZES_PX:
+        try:
+            with torch.no_grad():
+                model(torch.zeros(1, 3, size, size))
+            return size
+        except RuntimeError:
+            continue
+    return _PROBE_SIZES_PX[-1]

@@ -20,7 +20,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
-from ..errors import ConfigError
+from ..errors import ConfigError, DiskFull
 from ..roofline.cache import ensure_ceilings
 from ..run.outcome import error_text
 from ..run.record import record_pair_failure, set_aside_stale_rows
@@ -29,6 +29,7 @@ from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
 from ..store.atomic import remove_stale_temp_files
 from ..store.layout import ReportLayout, StudyPaths, pair_notebook_name, tuned_params_dir
+from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
 from . import publish
 
@@ -53,14 +54,17 @@ def _log(msg: str) -> None:
     print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
 
 
-def move_aside(paths: StudyPaths) -> list[Path]:
-    """``--fresh``: move the study's old results and reports aside (never delete them)."""
+def move_aside(paths: StudyPaths, keep: tuple[Path, ...] = ()) -> list[Path]:
+    """``--fresh``: move the study's old results and reports aside (never delete them); ``keep`` stays put."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     moved = []
     for folder in (paths.results.root, paths.reports.root):
         if folder.exists():
             target = folder.with_name(f"{folder.name}.old-{stamp}")
-            shutil.move(str(folder), str(target))
+            target.mkdir(parents=True)
+            for item in folder.iterdir():
+                if item not in keep:
+                    shutil.move(str(item), str(target / item.name))
             moved.append(target)
     return moved
 
@@ -73,17 +77,43 @@ def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths)
             **cfg.settings.flat()}
 
 
+def writable_folder(folder: Path, flag: str) -> None:
+    """Create ``folder`` (and its parents), or say in one line why it cannot be (a file, read-only, no space)."""
+    for parent in (folder, *folder.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"{flag} '{parent}' is a file; allowed: a folder (it is created when missing)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag}: results folder '{folder}' cannot be written ({exc.strerror}); allowed: a "
+                          "writable folder") from exc
+
+
 def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
               cell_timeout_s: int | None = 3600, cwd: Path | None = None, fresh: bool = False,
               only_pair: int | None = None, summary: bool = True) -> StudyOutcome:
-    """Run (or resume) every pair (or only pair number ``only_pair``), then the summary."""
+    """Run (or resume) every pair (or only pair number ``only_pair``), then the summary.
+
+    The study holds its results folder's lock while it runs (a SLURM array task only its pair's), so a
+    second study on the same folder refuses instead of measuring under the first one's load.
+    """
     cwd = (cwd or Path.cwd()).resolve()
     paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
+    writable_folder(paths.results.root, "--results-root")
+    writable_folder(paths.reports.runs_dir, "--reports-root")
+    scope = "study" if only_pair is None else f"pair-{only_pair}"
+    with folder_lock(paths.results.root, scope):
+        return _run_study(cfg, paths, cwd=cwd, cell_timeout_s=cell_timeout_s, fresh=fresh, only_pair=only_pair,
+                          summary=summary)
+
+
+def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s: int | None, fresh: bool,
+               only_pair: int | None, summary: bool) -> StudyOutcome:
     if fresh:
-        for old in move_aside(paths):
+        for old in move_aside(paths, keep=tuple(paths.results.root.glob(".benchlib-*.lock"))):
             _log(f"--fresh: moved old output to {old}")
-    paths.results.root.mkdir(parents=True, exist_ok=True)
-    paths.reports.runs_dir.mkdir(parents=True, exist_ok=True)
+        writable_folder(paths.results.root, "--results-root")
+        writable_folder(paths.reports.runs_dir, "--reports-root")
     if removed := remove_stale_temp_files(paths.results.root):
         _log(f"removed {removed} temporary file(s) an interrupted run left behind")
     bench = publish.notebooks_dir() / "benchmark.ipynb"
@@ -112,6 +142,8 @@ def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports
                 bench, out, _pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s
             )
         except PAIR_FAILURES as exc:
+            if getattr(exc, "ename", "") == "DiskFull":  # the kernel ran out of disk: stop, say how to resume
+                raise DiskFull(str(getattr(exc, "evalue", exc))) from exc
             failed += 1
             n = record_pair_failure(configs, paths.results.root, exc, machine)
             _log(f"pair {hardware} / {model} failed ({type(exc).__name__}); {n} failure row(s) written; going on")

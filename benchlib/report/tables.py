@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..store.rows import read_results
+from ..store.rows import invalid_rows, read_results
 
 PAIR_COLUMNS = [
     "machine", "hardware", "device_name", "model", "dataset", "batch_size", "variant", "status",
@@ -20,8 +20,12 @@ SPEEDUP_METRICS = {"train_samples_per_s": "higher", "infer_samples_per_s": "high
 
 
 def load(results_dirs: Iterable[str]) -> pd.DataFrame:
-    """Every row of the given results folders, merged and de-duplicated."""
-    return read_results(results_dirs)
+    """Every valid row of the given results folders, merged and de-duplicated; the invalid ones, with why,
+    in ``attrs["invalid_rows"]``."""
+    dirs = list(results_dirs)
+    df = read_results(dirs)
+    df.attrs["invalid_rows"] = invalid_rows(dirs)
+    return df
 
 
 def device_label(df: pd.DataFrame) -> pd.Series:
@@ -41,10 +45,15 @@ def pair_table(df: pd.DataFrame) -> pd.DataFrame:
     return df[cols].sort_values(["machine", "hardware", "model", "batch_size", "variant"]).reset_index(drop=True)
 
 
-def failures_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Configurations that did not produce a measurement, with the reason."""
+def failures_table(df: pd.DataFrame, invalid: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Configurations that did not produce a measurement, with the reason; row files that could not be read
+    (``invalid``: hand-edited or corrupt) are listed as ``invalid`` with theirs, never drawn."""
     cols = ["machine", "hardware", "model", "batch_size", "variant", "status", "error"]
-    return df[df["status"] != "ok"][cols].reset_index(drop=True)
+    table = df[df["status"] != "ok"][cols]
+    if invalid is not None and not invalid.empty:
+        bad = pd.DataFrame({"status": "invalid", "error": invalid["reason"] + " (" + invalid["path"] + ")"})
+        table = pd.concat([table, bad.reindex(columns=cols)], ignore_index=True)
+    return table.reset_index(drop=True)
 
 
 def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.DataFrame:

@@ -61,7 +61,8 @@ def pair_table(df: pd.DataFrame) -> Any:
 
 
 def failures(df: pd.DataFrame) -> Any:
-    return _show(report.failures_table(df), "none: every configuration produced a measurement")
+    return _show(report.failures_table(df, df.attrs.get("invalid_rows")),
+                 "none: every configuration produced a measurement")
 
 
 def speedups(df: pd.DataFrame) -> Any:

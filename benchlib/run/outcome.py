@@ -27,7 +27,12 @@ def failure_status(exc: BaseException) -> str:
         return exc.status
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return "oom"
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in _CPU_ALLOCATION_FAILED):
+        return "oom"  # torch's CPU allocator raises a plain RuntimeError when the host has no memory for a tensor
     return "failed"
+
+
+_CPU_ALLOCATION_FAILED = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
 
 
 def failure_row(cfg: RunConfig, exc: BaseException, machine: str) -> Row:

@@ -1,22 +1,34 @@
-"""Checks that a valid study can run here, before any work starts: devices present, data folders in shape.
+"""Checks that a valid study can run here, before any work starts: devices, CPUs, data, weights, image sizes.
 
 The spec layer validates what a study asks for without touching the machine; this module checks the
-machine. Every problem is one line (ConfigError, exit 2) naming the file or flag, the key and what is
-available.
+machine and the files: devices present, thread and worker counts the CPUs can carry, data folders in their
+layout with enough images and at least two classes, pretrained weights that load and fit, and an image size
+each network can take. Every problem is one line (ConfigError, exit 2) naming the file or flag, the key
+and what is allowed, before any configuration runs.
 """
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..data.datasets import check_data_path
+from ..data.datasets import check_data_path, load_dataset
 from ..env.devices import resolve_hardware
+from ..env.threads import usable_cpus
 from ..errors import BenchlibError, ConfigError
+from ..nets.models import check_weights_file, smallest_image_size
 from ..spec.settings import RunSettings, setting_names, settings_from_mapping
 from ..spec.study import StudyConfig
 from ..spec.study import load_study as parse_study_file
+from ..spec.variants import apply_variant
 from ..spec.vocab import DATASETS_NEEDING_PATH
+
+# How far thread and worker counts may exceed the CPUs this process may use: scaling studies measure a
+# little past the cores; a thousand threads on two cores only load the machine for minutes.
+OVERSUBSCRIPTION = 2
 
 
 def check_hardware(hardware: Sequence[str], where: str, key: str = "key 'hardware'") -> None:
@@ -28,18 +40,93 @@ def check_hardware(hardware: Sequence[str], where: str, key: str = "key 'hardwar
             raise ConfigError(f"{where}: {key}: {exc}") from exc
 
 
+def resolved_hardware(hardware: Sequence[str], where: str) -> tuple[str, ...]:
+    """``auto`` resolved to what it picks here, and a device listed twice kept once (with a warning)."""
+    out: list[str] = []
+    for h in hardware:
+        name = resolve_hardware(h) if h == "auto" else h
+        same = "cuda:0" if name == "cuda" else name
+        if any(("cuda:0" if o == "cuda" else o) == same for o in out):
+            warnings.warn(f"{where}: hardware '{name}' is listed twice (as '{h}'): measured once", stacklevel=2)
+            continue
+        out.append(name)
+    return tuple(out)
+
+
+def _cpu_bound(key: str, value: int | None, where: str) -> None:
+    cpus = usable_cpus()
+    limit = cpus * OVERSUBSCRIPTION
+    if value is not None and value > limit:
+        raise ConfigError(f"{where}: key '{key}' is {value}; allowed: 1..{limit} (the {cpus} CPUs this process may "
+                          f"use, up to {OVERSUBSCRIPTION}x oversubscribed for scaling studies)")
+
+
+def check_machine(s: RunSettings, where: str, sweep: Mapping[str, Sequence[Any]] | None = None) -> None:
+    """Thread and worker counts this machine can carry."""
+    for key in ("threads", "interop_threads", "num_workers"):
+        _cpu_bound(key, s.get(key), where)
+    for key, values in (sweep or {}).items():
+        if key in ("threads", "interop_threads", "num_workers"):
+            for value in values:
+                _cpu_bound(f"sweep.{key}", value, where)
+
+
+@lru_cache(maxsize=16)
+def _split_facts(dataset: str, data_path: str | None) -> tuple[int, int, int]:
+    """(training images, test images, classes) of a data set, read once per process."""
+    splits = load_dataset(dataset, data_path, 8)
+    return len(splits.train), len(splits.test), splits.num_classes  # type: ignore[arg-type]
+
+
 def check_data(s: RunSettings, where: str) -> None:
-    """The data set's folder exists and has its on-disk layout (only folders are listed: cheap)."""
-    if s.dataset in DATASETS_NEEDING_PATH:
-        try:
+    """The data set exists in its layout, holds enough images for the subsets and at least two classes."""
+    if s.dataset == "synthetic":
+        return
+    try:
+        if s.dataset in DATASETS_NEEDING_PATH:
             check_data_path(s.dataset, s.data_path)
+        train, test, classes = _split_facts(s.dataset, s.data_path)
+    except BenchlibError as exc:
+        raise ConfigError(f"{where}: key 'data_path': {exc}") from exc
+    for key, wanted, have, split in (("train_subset", s.train_subset, train, "training"),
+                                     ("test_subset", s.test_subset, test, "test")):
+        if wanted is not None and wanted > have:
+            raise ConfigError(f"{where}: key '{key}' is {wanted}, more than the {have} images of the {split} split; "
+                              f"allowed: 1..{have}")
+    if classes < 2:
+        raise ConfigError(f"{where}: key 'data_path': data set '{s.dataset}' at {s.data_path} has {classes} class; "
+                          "allowed: 2 or more classes (over one class every prediction is right)")
+
+
+def check_model(model: str, s: RunSettings, where: str, key: str = "key 'image_size'") -> None:
+    """The network takes the image size, and pretrained weights from ``weights_path`` load and fit it."""
+    smallest = smallest_image_size(model)
+    if s.image_size < smallest:
+        flag = key.removeprefix("key ").strip("'")
+        raise ConfigError(f"{where}: {key} is {s.image_size}: too small for {model} (its layers shrink it to "
+                          f"nothing); allowed: {flag} >= {smallest} for {model}")
+    if s.pretrained and s.weights_path:
+        try:
+            check_weights_file(model, Path(s.weights_path))
         except BenchlibError as exc:
-            raise ConfigError(f"{where}: key 'data_path': {exc}") from exc
+            raise ConfigError(f"{where}: key 'weights_path': {exc}") from exc
 
 
-def check_study(cfg: StudyConfig) -> None:
-    check_hardware(cfg.hardware, cfg.source)
-    check_data(cfg.settings, cfg.source)
+def check_settings(s: RunSettings, models: Sequence[str], where: str,
+                   sweep: Mapping[str, Sequence[Any]] | None = None) -> None:
+    check_machine(s, where, sweep)
+    check_data(s, where)
+    for model in models:
+        check_model(model, s, where)
+
+
+def check_study(cfg: StudyConfig, *, check_devices: bool = True) -> None:
+    """Everything the study asks of this machine and its files, for its settings and each variant's."""
+    if check_devices:
+        check_hardware(cfg.hardware, cfg.source)
+    check_settings(cfg.settings, cfg.models, cfg.source, dict(cfg.sweep))
+    for v in cfg.variants:
+        check_machine(apply_variant(cfg.settings, v), f"{cfg.source}: variant '{v.name}'")
 
 
 def load_study(path: str | Path, *, check_devices: bool = True) -> StudyConfig:
@@ -49,13 +136,14 @@ def load_study(path: str | Path, *, check_devices: bool = True) -> StudyConfig:
     """
     cfg = parse_study_file(path)
     if check_devices:
-        check_hardware(cfg.hardware, cfg.source)
-    check_data(cfg.settings, cfg.source)
+        cfg = dataclasses.replace(cfg, hardware=resolved_hardware(cfg.hardware, cfg.source))
+    check_study(cfg, check_devices=check_devices)
     return cfg
 
 
 def settings_from_params(namespace: Mapping[str, Any], where: str = "notebook parameters") -> RunSettings:
     """RunSettings from the variables a papermill ``parameters`` cell defined (validated and checked)."""
     settings = settings_from_mapping({k: namespace[k] for k in setting_names() if k in namespace}, where)
+    check_machine(settings, where)
     check_data(settings, where)
     return settings

@@ -24,6 +24,12 @@ from .fields import Rule, coerce, rules_of, setting
 from .knobs import Knobs
 from .vocab import DATASETS, DATASETS_NEEDING_PATH, DIGITS_TRAIN_SAMPLES, NAME_PATTERN, OPTIMIZERS
 
+# Bounds of what the consumers take: numpy seeds below 2**32; counts a run could finish; a byte count that
+# fits a 64-bit integer with room to spare.
+SEED_MAX = 2**32 - 1
+LARGE = 10**9
+MANY = 10**6
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -32,10 +38,10 @@ class RunSettings:
     dataset: str = setting("digits", "data set", choices=DATASETS)
     data_path: str | None = setting(None, "folder of the data set on disk (cifar10, tinyimagenet, imagefolder)")
     image_size: int = setting(32, "square input size in pixels", min=8, max=1024)
-    train_subset: int | None = setting(None, "train on a seeded random subset of this many images", min=1)
-    test_subset: int | None = setting(None, "evaluate on a seeded random subset of this many images", min=1)
-    synthetic_samples: int = setting(1024, "samples per epoch of the synthetic data set", min=1)
-    synthetic_classes: int = setting(10, "classes of the synthetic data set", min=2)
+    train_subset: int | None = setting(None, "train on a seeded random subset of this many images", min=1, max=LARGE)
+    test_subset: int | None = setting(None, "evaluate on a seeded random subset of this many images", min=1, max=LARGE)
+    synthetic_samples: int = setting(1024, "samples per epoch of the synthetic data set", min=1, max=LARGE)
+    synthetic_classes: int = setting(10, "classes of the synthetic data set", min=2, max=1_000_000)
     augment: bool = setting(True, "training augmentation where the data set defines one")
     num_workers: int = setting(0, "DataLoader worker processes", min=0, max=256)
     pin_memory: bool | None = setting(None, "DataLoader pin_memory (default: on for CUDA, so host-to-device "
@@ -49,18 +55,18 @@ class RunSettings:
     momentum: float = setting(0.9, "SGD momentum", min=0.0, max_exclusive=1.0)
     weight_decay: float = setting(5e-4, "weight decay", min=0.0, max=1.0)
     epochs: int = setting(1, "training epochs", min=1, max=10_000)
-    max_train_batches: int | None = setting(None, "cap on training batches per epoch", min=1)
+    max_train_batches: int | None = setting(None, "cap on training batches per epoch", min=1, max=LARGE)
     train_steps: int | None = setting(None, "train exactly this many timed steps (after warmup), across epochs as "
-                                            "needed", min=1)
-    warmup_steps: int = setting(5, "first training steps left out of the step statistics", min=0)
-    infer_warmup_batches: int = setting(10, "inference batches run before latency is timed", min=0)
-    latency_repeats: int = setting(50, "timed inference repeats at batch 1 and at the working batch", min=3)
-    seed: int = setting(0, "random seed for weights, data order and subsets", min=0)
+                                            "needed", min=1, max=LARGE)
+    warmup_steps: int = setting(5, "first training steps left out of the step statistics", min=0, max=MANY)
+    infer_warmup_batches: int = setting(10, "inference batches run before latency is timed", min=0, max=MANY)
+    latency_repeats: int = setting(50, "timed inference repeats at batch 1 and at the working batch", min=3, max=MANY)
+    seed: int = setting(0, "random seed for weights, data order and subsets", min=0, max=SEED_MAX)
     telemetry: bool = setting(True, "sample CPU/GPU telemetry in a background thread while measuring")
     telemetry_interval_s: float = setting(0.1, "seconds between telemetry samples (CPU, memory, GPU via NVML)",
                                           min=0.01, max=60.0)
     memory_limit_bytes: int | None = setting(None, "CPU memory ceiling: a configuration whose RSS passes it is "
-                                                   "recorded as oom", min=1)
+                                                   "recorded as oom", min=1, max=2**50)
     variant: str = setting("default", "name of the variant this configuration measures", pattern=NAME_PATTERN)
     knobs: Knobs = field(default_factory=Knobs)
 

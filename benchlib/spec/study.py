@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from . import yamlfile
 from .settings import (
     SETTING_RULES,
     RunConfig,
@@ -28,7 +29,7 @@ from .settings import (
 )
 from .tune import TuneSpec, parse_tune
 from .variants import Variant, apply_variant, parse_variant, tuned_batch_size
-from .vocab import HARDWARE_CHOICES, MODELS, NAME_PATTERN, NAME_WORDS, is_valid_hardware_name
+from .vocab import HARDWARE_CHOICES, MODELS, NAME_MAX_CHARS, NAME_PATTERN, NAME_WORDS, is_valid_hardware_name
 
 GRID_KEYS: dict[str, str] = {
     "study": "name of the study (results/<study>/)",
@@ -192,6 +193,8 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
         if key not in raw:
             raise ConfigError(f"{where}: key '{key}' is missing; allowed: {GRID_KEYS[key]}")
     study = raw["study"]
+    if isinstance(study, str) and len(study) > NAME_MAX_CHARS:
+        raise ConfigError(f"{where}: key 'study' is {len(study)} characters long; allowed: {NAME_WORDS}")
     if not isinstance(study, str) or not NAME_PATTERN.match(study):
         raise ConfigError(f"{where}: key 'study' is {study!r}; allowed: {NAME_WORDS}")
     hardware = _as_list(raw["hardware"], "hardware", where, str, HARDWARE_CHOICES)
@@ -216,7 +219,11 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
     tune = parse_tune(raw["tune"], where) if "tune" in raw else None
     variants = _variants(raw, where) if "variants" in raw else ()
     for v in variants:
-        check_consistency(apply_variant(settings, v), f"{where}: variant '{v.name}'")
+        applied = apply_variant(settings, v)
+        check_consistency(applied, f"{where}: variant '{v.name}'")
+        tuned = tuned_batch_size(v)
+        if tuned is not None:
+            check_batch_sizes([tuned], applied, f"{where}: variant '{v.name}'")
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
                        variants)
@@ -226,10 +233,14 @@ def read_study_file(path: str | Path) -> Any:
     """The parsed YAML of a study file (safe YAML: data only, no code), or one line saying what is wrong."""
     p = Path(path)
     where = str(path)
+    if p.is_dir():
+        raise ConfigError(f"{where}: is a directory; give a YAML file such as params/default.yaml")
     if not p.is_file():
         raise ConfigError(f"{where}: params file not found; give a YAML file such as params/default.yaml")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        return yamlfile.load(p.read_text(encoding="utf-8"))
+    except yamlfile.DuplicateKeyError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}; allowed: each key once per mapping") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -16,6 +16,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..store.layout import tuned_params_dir as default_tuned_dir
+from . import yamlfile
 from .fields import Rule, coerce
 from .knobs import Knobs
 from .settings import SETTING_RULES, RunSettings, coerce_setting, did_you_mean, unknown_key_message
@@ -104,7 +105,7 @@ def _load_tuned(preset: str, where: str, tuned_dir: Path | None) -> Variant:
         raise ConfigError(f"{where}: no tuning study has exported {preset} yet: run `benchlib tune PARAMS.yaml` "
                           f"first (looked for {path})")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yamlfile.load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
     if raw is None:

@@ -21,8 +21,9 @@ QUANTIZATIONS: tuple[str, ...] = ("none", "dynamic", "static_int8")
 HARDWARE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 CUDA_NAME = re.compile(r"^cuda(?::(\d+))?$")
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-NAME_WORDS = "a name of letters, digits, '.', '_' and '-'"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # names become file and folder names
+NAME_MAX_CHARS = 100
+NAME_WORDS = f"a name of letters, digits, '.', '_' and '-' (at most {NAME_MAX_CHARS} characters)"
 
 
 def is_valid_hardware_name(name: str) -> bool:

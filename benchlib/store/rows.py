@@ -5,6 +5,7 @@ telemetry sit beside it under the same key (see :mod:`benchlib.store.layout`).
 """
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import warnings
@@ -14,9 +15,10 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import DiskFull
 from .atomic import atomic_write_json, atomic_write_text, json_ready
 from .layout import ResultsLayout, row_key
-from .schema import COLUMN_NAMES, COMPLETE_STATUSES, REQUIRED_COLUMNS, unknown_columns
+from .schema import COLUMN_NAMES, COMPLETE_STATUSES, REQUIRED_COLUMNS, row_problem, unknown_columns
 
 Row = dict[str, Any]
 SAMPLE_COLUMNS = ("run_id", "machine", "series", "index", "value")
@@ -52,7 +54,14 @@ def write_row(results: str | Path | ResultsLayout, row: Mapping[str, Any],
             lines += [f"{run_id},{machine},{series},{i},{float(v)!r}" for i, v in enumerate(values)]
         atomic_write_text(layout.samples_path(machine, run_id), "\n".join(lines) + "\n")
     path = layout.row_path(machine, run_id)
-    atomic_write_json(path, dict(row))
+    try:
+        atomic_write_json(path, dict(row))
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            complete = sum(1 for r in stored_rows(layout) if r.get("status") in COMPLETE_STATUSES)
+            raise DiskFull(f"disk full while writing {path}: {complete} complete row(s) kept in {layout.root}; "
+                           "free space and run the same command again to resume") from exc
+        raise
     return path
 
 
@@ -81,15 +90,33 @@ def complete_row(results: str | Path | ResultsLayout, machine: str, run_id: str)
     return row if row.get("status") in COMPLETE_STATUSES else None
 
 
-def stored_rows(results: str | Path | ResultsLayout) -> list[Row]:
-    """Every readable row of one results folder; unreadable files are skipped with a warning naming them."""
-    out = []
+def _checked_rows(results: str | Path | ResultsLayout) -> tuple[list[Row], list[dict[str, str]]]:
+    """(the rows of a folder that can be reported, the others with why not)."""
+    good, bad = [], []
     for path in layout_of(results).row_files():
         try:
-            out.append(read_row(path))
+            row = read_row(path)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             warnings.warn(f"skipping unreadable results file {path}: {exc}", stacklevel=2)
-    return out
+            bad.append({"path": str(path), "run_id": "", "reason": f"unreadable: {exc}"})
+            continue
+        problem = row_problem(row)
+        if problem is None:
+            good.append(row)
+        else:
+            bad.append({"path": str(path), "run_id": str(row.get("run_id", "")), "reason": problem})
+    return good, bad
+
+
+def stored_rows(results: str | Path | ResultsLayout) -> list[Row]:
+    """Every valid row of one results folder; unreadable files are skipped with a warning naming them."""
+    return _checked_rows(results)[0]
+
+
+def invalid_rows(dirs: Iterable[str | Path]) -> pd.DataFrame:
+    """Row files that cannot be reported (unreadable, an unknown status, a value of the wrong kind), with why."""
+    bad = [b for d in dirs for b in _checked_rows(Path(d))[1]]
+    return pd.DataFrame(bad, columns=["path", "run_id", "reason"])
 
 
 def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, Any]], stamp: str) -> Path | None:

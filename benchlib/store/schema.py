@@ -7,6 +7,7 @@ report's data dictionary is generated from it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # How a configuration ended. ``ok``: measured. The others produced no measurement, and say why:
@@ -27,6 +28,25 @@ class Column:
     name: str
     unit: str  # "" where the value has no unit (names, flags, counts of things named in the meaning)
     meaning: str
+
+    @property
+    def kind(self) -> str:
+        """What a value of the column is: ``number``, ``bool`` or ``text`` (None is always allowed)."""
+        if self.name in _BOOLS:
+            return "bool"
+        if self.unit or self.name in _UNITLESS_NUMBERS:
+            return "number"
+        return "text"
+
+
+_BOOLS = frozenset({
+    "pretrained", "freeze_backbone", "tf32", "cudnn_benchmark", "synthetic", "ddp_weights_in_sync", "train_step_noisy",
+    "latency_noisy", "batch_latency_noisy", "infer_noisy", "above_roof", "compile_fell_back",
+})
+_UNITLESS_NUMBERS = frozenset({
+    "lr", "epochs", "threads", "interop_threads", "seed", "num_workers", "num_classes", "data_wait_fraction",
+    "final_loss", "train_accuracy", "test_accuracy", "fp32_test_accuracy", "roof_fraction", "infer_roof_fraction",
+})
 
 
 def _group(*columns: tuple[str, str, str]) -> tuple[Column, ...]:
@@ -238,3 +258,26 @@ def names(group: tuple[Column, ...]) -> tuple[str, ...]:
 def unknown_columns(row_keys: list[str] | tuple[str, ...] | set[str]) -> list[str]:
     """Keys of a row that the schema does not list (a writer's bug, or a hand-edited file)."""
     return sorted(k for k in row_keys if k not in COLUMNS)
+
+
+def _is_kind(value: object, kind: str) -> bool:
+    if value is None or kind == "text":
+        return True
+    if kind == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def row_problem(row: Mapping[str, object]) -> str | None:
+    """Why a row read from disk cannot be reported (None when it can): a missing column, an unknown status,
+    a value of the wrong kind. Columns the schema does not list are left alone (older or newer benchlib)."""
+    missing = [c for c in ("study", "run_id", "machine", "status") if c not in row]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if row["status"] not in STATUSES:
+        return f"status {row['status']!r} is not one of: {', '.join(STATUSES)}"
+    for name, value in row.items():
+        column = COLUMNS.get(name)
+        if column is not None and not _is_kind(value, column.kind):
+            return f"{name} {value!r} is not {'a number' if column.kind == 'number' else 'true or false'}"
+    return None
