@@ -172,6 +172,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             dist.destroy_process_group()
     if row is None:  # data-parallel rank > 0: rank 0 reports
         return 0
+    if row.get("interfered"):
+        print(f"benchlib: warning: {row['run_id']} was measured while {row['interference']}: its numbers are not "
+              "trustworthy", file=sys.stderr)
     if args.json:
         print(
             json.dumps(row, default=str, allow_nan=False)

@@ -40,7 +40,7 @@ def _cli(tmp_path: Path, params: Path, *extra: str) -> list[str]:
 @pytest.mark.notebook
 def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
     params = _study(tmp_path, models=["squeezenet1_1", "resnet18"])
-    proc = subprocess.Popen(_cli(tmp_path, params), start_new_session=True, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_cli(tmp_path, params, "--no-summary"), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(_rows(tmp_path)) < 1:
@@ -50,7 +50,7 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
     before = {p.name: p.read_text() for p in _rows(tmp_path)}
     assert 1 <= len(before) < 4, "the kill should land mid-study"
     time.sleep(0.5)
-    done = subprocess.run(_cli(tmp_path, params), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(_cli(tmp_path, params, "--no-summary"), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     df = read_results([tmp_path / "results" / "s"])
     assert len(df) == 4 and df["run_id"].is_unique and (df["status"] == "ok").all()
@@ -73,7 +73,8 @@ def test_raising_and_dying_notebooks_become_failure_rows(tmp_path, monkeypatch):
     assert "Failed and skipped" in summary and "DeadKernel" in summary
 
     env["BENCHLIB_FAULT"] = "raise@squeezenet1_1"
-    proc = subprocess.run(_cli(tmp_path, params, "--fresh"), capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(_cli(tmp_path, params, "--fresh", "--no-summary"), capture_output=True, text=True,
+                          timeout=600, env=env)
     assert proc.returncode == 1
     assert list(tmp_path.joinpath("results").glob("s.old-*")), "--fresh moves old results aside"
     df = read_results([tmp_path / "results" / "s"]).set_index("model")

@@ -11,11 +11,16 @@ import warnings
 import torch
 
 
+def usable_cpu_ids() -> list[int]:
+    """The CPUs (core numbers as /proc/stat names them) the process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def usable_cpus() -> int:
     """CPUs the process may use."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return len(usable_cpu_ids())
 
 
 def default_threads() -> int:

@@ -66,6 +66,12 @@ def parse_proc_pid_stat(text: str) -> tuple[int, int, int]:
     return int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[21])
 
 
+def reaped_children_ticks(text: str) -> int:
+    """User + system clock ticks of the children this process has waited for (cutime + cstime)."""
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[13]) + int(fields[14])
+
+
 def cpu_temp_c(sensors: Mapping[str, Sequence[Any]]) -> float | None:
     """Hottest CPU reading among known CPU sensor chips and package-like labels; None if there is none."""
     readings: list[float] = []
@@ -96,13 +102,25 @@ class ProcfsCpu:
         self._size = 256 * (os.cpu_count() or 1) + 4096
         self._clk_tck = os.sysconf("SC_CLK_TCK")
         self._page_bytes = os.sysconf("SC_PAGE_SIZE")
+        self._children: list[int] = []  # live children whose CPU is this process's own
         self._prev = self._read()
+
+    def set_children(self, pids: list[int]) -> None:
+        """The process's children (DataLoader workers) whose CPU counts as this process's own.
+
+        Their ticks are added live; once reaped they are in this process's own cutime/cstime, so the sum
+        stays continuous. A child found late brings its CPU since birth into the window it was found in:
+        per-sample rates then lag, but means over a phase are right.
+        """
+        self._children = list(pids)
 
     def _read(self) -> tuple[float, dict[int, CpuTimes], int, int, int]:
         t = time.monotonic()
         while (cores := parse_proc_stat(os.pread(self._stat_fd, self._size, 0).decode("ascii", "replace"))) is None:
             self._size *= 2
-        ticks, threads, rss_pages = parse_proc_pid_stat(os.pread(self._self_fd, 4096, 0).decode("utf-8", "replace"))
+        text = os.pread(self._self_fd, 4096, 0).decode("utf-8", "replace")
+        ticks, threads, rss_pages = parse_proc_pid_stat(text)
+        ticks += reaped_children_ticks(text) + sum(_child_ticks(pid) or 0 for pid in self._children)
         return t, cores, ticks, threads, rss_pages
 
     def sample(self, rated: bool) -> dict[str, Any]:
@@ -112,11 +130,34 @@ class ProcfsCpu:
         per_core = {i: cpu_util_pct(cores0[i], c) if rated and i in cores0 else None for i, c in cores1.items()}
         proc = 100.0 * (ticks1 - ticks0) / self._clk_tck / (t1 - t0) if rated and t1 > t0 else None
         return {"proc_cpu_util_pct": proc, "rss_bytes": rss_pages * self._page_bytes, "threads": threads,
-                **_per_core_columns(per_core)}
+                "steal_pct": steal_pct(cores0, cores1) if rated else None, **_per_core_columns(per_core)}
 
     def close(self) -> None:
         os.close(self._stat_fd)
         os.close(self._self_fd)
+
+
+def _child_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return parse_proc_pid_stat(fh.read())[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def steal_pct(before: Mapping[int, CpuTimes], after: Mapping[int, CpuTimes]) -> float | None:
+    """Share of all cores' time the hypervisor gave to other virtual machines between two readings (0-100).
+
+    Steal is the interference no process list shows: on a shared cloud host it slows every figure.
+    """
+    steal = total = 0.0
+    for i, cur in after.items():
+        prev = before.get(i)
+        if prev is None:
+            continue
+        steal += cur.steal - prev.steal
+        total += sum(cur) - sum(prev) - (cur.guest + cur.guest_nice - prev.guest - prev.guest_nice)
+    return 100.0 * steal / total if total > 0 else None
 
 
 class PsutilCpu:
@@ -134,8 +175,11 @@ class PsutilCpu:
         with self._proc.oneshot():
             proc = self._proc.cpu_percent()
             row = {"proc_cpu_util_pct": proc if rated else None, "rss_bytes": int(self._proc.memory_info().rss),
-                   "threads": int(self._proc.num_threads())}
+                   "threads": int(self._proc.num_threads()), "steal_pct": None}
         return {**row, **_per_core_columns(per_core)}
+
+    def set_children(self, pids: list[int]) -> None:
+        """Children are not followed without /proc: their CPU counts as other processes'."""
 
     def close(self) -> None:
         pass

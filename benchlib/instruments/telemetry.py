@@ -16,6 +16,7 @@ sampler never raises into the measured work. GPU columns are named by NVML index
 from __future__ import annotations
 
 import math
+import multiprocessing
 import re
 import threading
 import time
@@ -164,6 +165,18 @@ def _nvml_queries() -> dict[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
     }
 
 
+def gpu_processes(handle: Any) -> int:
+    """Processes holding a compute or graphics context on one GPU (PIDs are not compared: in a container
+    NVML reports the host's, so "others" is this count less the run's own one context)."""
+    nv = pynvml
+    pids = {p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)}
+    try:
+        pids |= {p.pid for p in nv.nvmlDeviceGetGraphicsRunningProcesses(handle)}
+    except nv.NVMLError:
+        pass
+    return len(pids)
+
+
 class _GpuSource:
     """Samples the chosen GPUs' NVML metrics; each metric read alone so one unsupported metric costs only itself."""
 
@@ -173,6 +186,22 @@ class _GpuSource:
         self.missing = self._devices.missing
         self._disabled: set[str] = set()
         self._queries = _nvml_queries() if self.handles else {}
+
+    def processes(self) -> dict[str, Any]:
+        """``gpu{i}_processes`` per GPU (slow: read at the slow-source ticks)."""
+        out: dict[str, Any] = {}
+        for i, handle in self.handles.items():
+            col = f"gpu{i}_processes"
+            out[col] = None
+            if col in self._disabled:
+                continue
+            try:
+                out[col] = gpu_processes(handle)
+            except pynvml.NVMLError as exc:
+                self.missing.setdefault(col, nvml_reason(exc))
+                if is_permanent(exc):
+                    self._disabled.add(col)
+        return out
 
     def sample(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -232,7 +261,7 @@ class TelemetrySampler:
         """Open the sources, take the first sample now and start the sampling thread."""
         if self._thread is not None:
             raise RuntimeError("sampler already started")
-        self._rows, self._missing, self._notes, self._tick = [], {}, {}, 0
+        self._rows, self._missing, self._notes, self._tick, self._last_slow = [], {}, {}, 0, {}
         self._cpu_source: CpuSource = open_cpu_source()
         self._strides = self._probe_slow_sources()
         if self.gpus:
@@ -290,11 +319,29 @@ class TelemetrySampler:
                                    f"({stride * self.interval_s:g} s), forward-filled")
         return stride
 
+    def _processes(self) -> dict[str, Any]:
+        """Processes on the machine. The multiprocessing children (DataLoader workers) join this process's
+        own CPU figure; any other child (a shell command, a helper) counts as another process."""
+        self._cpu_source.set_children([p.pid for p in multiprocessing.active_children() if p.pid is not None])
+        return {"processes": len(psutil.pids())}
+
     def _probe_slow_sources(self) -> dict[str, int]:
         """Read the slowly changing sources once, timing them; returns ticks between reads (0: never)."""
-        seconds, pids = _time_call_s(psutil.pids)
-        self._last_slow["processes"] = len(pids)
-        strides = {"processes": self._slow_stride("processes", "psutil.pids()", seconds), "cpu_temp": 0}
+        seconds, found = _time_call_s(self._processes)
+        self._last_slow.update(found)
+        strides = {"processes": self._slow_stride("processes", "listing processes", seconds), "cpu_temp": 0,
+                   "cpu_freq": 0}
+        freq_fn = getattr(psutil, "cpu_freq", None)
+        try:
+            seconds, freq = _time_call_s(freq_fn) if freq_fn else (0.0, None)
+        except (OSError, RuntimeError, NotImplementedError) as exc:
+            freq = None
+            self._missing["cpu_freq"] = f"psutil.cpu_freq() failed: {exc}"
+        if freq is not None and freq.current:
+            self._last_slow["cpu_freq_mhz"] = float(freq.current)
+            strides["cpu_freq"] = self._slow_stride("cpu_freq", "psutil.cpu_freq()", seconds)
+        else:
+            self._missing.setdefault("cpu_freq", "the OS exposes no CPU frequency to psutil")
         sensors_fn = getattr(psutil, "sensors_temperatures", None)
         if sensors_fn is None:
             self._missing["cpu_temp"] = "psutil exposes no temperature sensors on this OS"
@@ -321,10 +368,15 @@ class TelemetrySampler:
         """CPU figures; utilization only over a window of at least half an interval (see MIN_WINDOW_FRACTION)."""
         row = self._cpu_source.sample(rated=window_s >= MIN_WINDOW_FRACTION * self.interval_s)
         if self._due("processes"):
-            self._last_slow["processes"] = len(psutil.pids())
+            self._last_slow.update(self._processes())
+            if self._gpu is not None and self._gpu.handles:
+                self._last_slow.update(self._gpu.processes())
         if self._due("cpu_temp"):
             self._last_slow["cpu_temp_c"] = cpu_temp_c(psutil.sensors_temperatures())
-        return {**row, "processes": self._last_slow.get("processes"), "cpu_temp_c": self._last_slow.get("cpu_temp_c")}
+        if self._due("cpu_freq"):
+            freq = psutil.cpu_freq()
+            self._last_slow["cpu_freq_mhz"] = float(freq.current) if freq is not None else None
+        return {**row, **self._last_slow}
 
     def _sample(self) -> None:
         """Take one sample; an unexpected error is recorded, never raised into the measured work."""
@@ -359,7 +411,8 @@ class TelemetrySampler:
 
     def _frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(self._rows)
-        lead = ["t_s", "phase", "cpu_util_pct", "proc_cpu_util_pct", "rss_bytes", "threads", "processes", "cpu_temp_c"]
+        lead = ["t_s", "phase", "cpu_util_pct", "proc_cpu_util_pct", "steal_pct", "rss_bytes", "threads", "processes",
+                "cpu_temp_c", "cpu_freq_mhz"]
         cores = sorted((c for c in frame.columns if _CORE_COLUMN.fullmatch(c)),
                        key=lambda c: int(_CORE_COLUMN.fullmatch(c).group(1)))  # type: ignore[union-attr]
         gpus = [c for c in frame.columns if c.startswith("gpu")]

@@ -21,6 +21,7 @@ from papermill.exceptions import PapermillExecutionError
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..errors import ConfigError, DiskFull
+from ..instruments import interference
 from ..roofline.cache import ensure_ceilings
 from ..run.outcome import error_text
 from ..run.record import record_pair_failure, set_aside_stale_rows
@@ -160,6 +161,8 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     rows = read_results([paths.results.root])
     mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
     configs_failed = int((mine["status"] == "failed").sum())
+    if warning := interference.summarize(mine[mine["status"] == "ok"]):
+        print(f"benchlib: warning: {warning}", file=sys.stderr, flush=True)
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
          f"complete, {failed} failed; {configs_failed} failed configuration(s); report {paths.reports.index}")
     return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)

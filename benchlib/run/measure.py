@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -25,6 +26,8 @@ from ..engine.weights import WeightsPlan, load_weights, save_weights
 from ..env import distributed
 from ..env.devices import cuda_uuids, device_name, resolve_hardware
 from ..env.manifest import machine_name
+from ..env.threads import usable_cpu_ids
+from ..instruments import interference
 from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
 from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
@@ -85,6 +88,14 @@ def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunS
         "weights": (f"the fp32 weights {trained_by} trained, quantized after training" if trained_by
                     else "the fp32 weights trained in this configuration, quantized after training"),
     }
+
+
+def _loadavg_1m() -> float | None:
+    """The one-minute load average now; None where the OS has none."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return None
 
 
 def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> list[str] | None:
@@ -175,6 +186,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpu_uuids=uuids)
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)
+    loadavg_1m = _loadavg_1m()
     try:
         sampler.start()
         sampler.set_phase("train")
@@ -239,6 +251,8 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         **energy_columns("infer", meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples, device.type),
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": now_utc(),
     })
+    row.update(interference.measure(telemetry.frame, usable_cpu_ids(), threshold_pct=s.interference_threshold_pct,
+                                    loadavg_1m_before=loadavg_1m).columns())
     row.update(roof_columns(row, ceilings, device.type, world))
     samples = {"latency_s": list(lat1.values), "batch_latency_s": list(latn.values),
                "infer_repeat_s": list(thr.values)}

@@ -65,6 +65,9 @@ class RunSettings:
     telemetry: bool = setting(True, "sample CPU/GPU telemetry in a background thread while measuring")
     telemetry_interval_s: float = setting(0.1, "seconds between telemetry samples (CPU, memory, GPU via NVML)",
                                           min=0.01, max=60.0)
+    interference_threshold_pct: float = setting(10.0, "flag a row interfered when other processes (or the "
+                                                      "hypervisor) took more than this % of the usable CPUs",
+                                                min=0.0, max=100.0)
     memory_limit_bytes: int | None = setting(None, "CPU memory ceiling: a configuration whose RSS passes it is "
                                                    "recorded as oom", min=1, max=2**50)
     variant: str = setting("default", "name of the variant this configuration measures", pattern=NAME_PATTERN)
@@ -116,7 +119,8 @@ def setting_defaults() -> dict[str, Any]:
 # Settings that only change how an already trained model is evaluated or observed: trained weights are
 # shared across configurations that differ only in these.
 INFERENCE_ONLY_SETTINGS: tuple[str, ...] = ("quantization", "variant", "latency_repeats", "infer_warmup_batches",
-                                            "telemetry", "telemetry_interval_s")
+                                            "telemetry", "telemetry_interval_s",
+                                            "interference_threshold_pct")
 
 
 def digest(values: Mapping[str, Any], length: int = 8) -> str:

@@ -42,6 +42,7 @@ class Column:
 _BOOLS = frozenset({
     "pretrained", "freeze_backbone", "tf32", "cudnn_benchmark", "synthetic", "ddp_weights_in_sync", "train_step_noisy",
     "latency_noisy", "batch_latency_noisy", "infer_noisy", "above_roof", "compile_fell_back",
+    "interfered",
 })
 _UNITLESS_NUMBERS = frozenset({
     "lr", "epochs", "threads", "interop_threads", "seed", "num_workers", "num_classes", "data_wait_fraction",
@@ -222,6 +223,20 @@ TELEMETRY = _group(
     ("telemetry_missing", "", "telemetry sources that could not be read, with the reason"),
 )
 
+INTERFERENCE = _group(
+    ("interfered", "", "other work shared the machine while the configuration was timed: its figures measure "
+                       "the contention (see interference)"),
+    ("interference", "", "what interfered, in words, with the threshold it was judged by"),
+    ("interference_cpu_pct", "%", "CPU other processes used during the timed phases, % of the cores the run "
+                                  "may use (this process and its DataLoader workers left out)"),
+    ("steal_pct", "%", "CPU time the hypervisor gave other virtual machines during the timed phases, % of all "
+                       "cores (/proc/stat steal)"),
+    ("loadavg_1m_before", "tasks", "one-minute load average just before the configuration started"),
+    ("cpu_freq_mhz_mean", "MHz", "CPU clock during the timed phases, mean (where the OS exposes it)"),
+    ("gpu_other_processes_max", "processes", "processes other than this one holding the run's GPU, maximum"),
+    ("interference_threshold_pct", "%", "the share of the usable CPUs above which a row is flagged interfered"),
+)
+
 
 def _energy(prefix: str, region: str) -> tuple[Column, ...]:
     return _group(
@@ -240,7 +255,7 @@ ENERGY = _energy("train", "training loop") + _energy("infer", "working-batch lat
 GROUPS: dict[str, tuple[Column, ...]] = {
     "identity": IDENTITY, "settings": SETTINGS, "data": DATA, "training": TRAINING, "evaluation": EVALUATION,
     "latency": LATENCY, "memory": MEMORY, "model": MODEL, "work": WORK, "roofline": ROOF, "telemetry": TELEMETRY,
-    "energy": ENERGY,
+    "interference": INTERFERENCE, "energy": ENERGY,
 }
 COLUMNS: dict[str, Column] = {c.name: c for group in GROUPS.values() for c in group}
 COLUMN_NAMES: tuple[str, ...] = tuple(COLUMNS)

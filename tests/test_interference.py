@@ -1,0 +1,126 @@
+"""Interference: rows measured while other work held the machine are flagged with the figure."""
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+from conftest import TINY
+
+from benchlib.env.threads import usable_cpu_ids
+from benchlib.instruments import interference
+from benchlib.instruments.telemetry import TelemetrySampler
+from benchlib.run.measure import measure
+from benchlib.spec.settings import RunConfig, RunSettings
+
+
+def _frame(*samples: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"phase": "train", **s} for s in samples])
+
+
+def test_other_processes_are_what_the_usable_cores_did_beyond_this_process():
+    # two cores both busy, this process one core: one core's worth was someone else's -> 50%
+    frame = _frame({"cpu0_util_pct": 100.0, "cpu1_util_pct": 100.0, "proc_cpu_util_pct": 100.0, "steal_pct": 0.0})
+    got = interference.measure(frame, [0, 1])
+    assert got.cpu_pct == pytest.approx(50.0) and got.interfered
+    assert "50% of the 2 usable CPUs" in got.describe()
+
+
+def test_stolen_time_is_reported_apart_from_other_processes():
+    frame = _frame({"cpu0_util_pct": 100.0, "cpu1_util_pct": 100.0, "proc_cpu_util_pct": 140.0, "steal_pct": 30.0})
+    got = interference.measure(frame, [0, 1])
+    assert got.cpu_pct == pytest.approx(0.0) and got.steal_pct == pytest.approx(30.0)
+    assert got.interfered and "hypervisor stole 30%" in got.describe()
+
+
+def test_only_the_usable_cores_and_the_timed_phases_count():
+    frame = pd.DataFrame([
+        {"phase": "train", "cpu0_util_pct": 100.0, "cpu1_util_pct": 100.0, "proc_cpu_util_pct": 98.0},
+        {"phase": "eval", "cpu0_util_pct": 100.0, "cpu1_util_pct": 100.0, "proc_cpu_util_pct": 0.0},
+    ])
+    got = interference.measure(frame, [0])  # core 1 is another job's (taskset, SLURM)
+    assert got.cpu_pct == pytest.approx(2.0) and got.interfered is False and got.describe() is None
+
+
+def test_a_quiet_row_is_not_flagged_and_unmeasured_is_none():
+    quiet = _frame({"cpu0_util_pct": 99.0, "cpu1_util_pct": 97.0, "proc_cpu_util_pct": 190.0})
+    assert interference.measure(quiet, [0, 1]).interfered is False
+    assert interference.measure(pd.DataFrame(columns=["t_s", "phase"]), [0, 1]).interfered is None
+
+
+def test_another_process_on_the_runs_gpu_interferes():
+    frame = _frame({"gpu0_processes": 1}, {"gpu0_processes": 2})
+    got = interference.measure(frame, [0])
+    assert got.gpu_other_processes_max == 1 and got.interfered
+    assert "1 other process(es) held the GPU" in got.describe()
+
+
+def test_the_threshold_is_the_settings():
+    frame = _frame({"cpu0_util_pct": 100.0, "proc_cpu_util_pct": 80.0})
+    assert interference.measure(frame, [0], threshold_pct=10).interfered
+    assert not interference.measure(frame, [0], threshold_pct=25).interfered
+
+
+def test_the_end_of_run_warning_counts_rows_and_names_the_figure():
+    rows = pd.DataFrame({"interfered": [True, False, True, None], "interference_cpu_pct": [60.0, 1.0, 35.0, None],
+                         "steal_pct": [0.5, 0.1, 0.2, None], "interference_threshold_pct": [10.0] * 4})
+    assert interference.summarize(rows) == (
+        "2 of 4 rows were measured while other processes used up to 60% of the CPUs: their numbers are not "
+        "trustworthy (column interfered; rerun them on a quiet machine)")
+    assert interference.summarize(rows.assign(interfered=False)) is None
+
+
+def _row() -> dict:
+    s = RunSettings.of(**{**TINY, "train_steps": 25, "latency_repeats": 10, "threads": 1})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core for the run, one for the hog: contention without oversubscription
+    try:
+        measured = measure(RunConfig("t", "cpu", "squeezenet1_1", 16, s), machine="m")
+    finally:
+        torch.set_num_threads(threads)
+    assert measured is not None
+    return measured.row
+
+
+def test_a_run_beside_a_cpu_hog_is_flagged_and_a_quiet_one_is_not():
+    quiet = _row()
+    assert quiet["interfered"] is False, quiet["interference"]
+    assert quiet["interference_cpu_pct"] is not None and quiet["loadavg_1m_before"] is not None
+
+    loop = "import time\nend = time.time() + 120\nwhile time.time() < end: pass\n"
+    hog = subprocess.Popen([sys.executable, "-c", loop])  # a child, but not a DataLoader worker: another process
+    try:
+        time.sleep(0.5)
+        loaded = _row()
+    finally:
+        hog.kill()
+        hog.wait()
+    assert loaded["interfered"] is True
+    share = 100.0 / len(usable_cpu_ids())  # one busy core's share of the usable ones
+    assert loaded["interference_cpu_pct"] > 0.5 * share, loaded["interference"]
+    assert "other processes used" in loaded["interference"]
+
+
+def _spin(seconds: float) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+def test_dataloader_style_workers_count_as_this_process():
+    """A multiprocessing child (how DataLoader workers start) is the run's own CPU, not interference."""
+    ctx = multiprocessing.get_context("fork")
+    with TelemetrySampler(0.1, gpus=False) as sampler:
+        sampler.set_phase("train")
+        worker = ctx.Process(target=_spin, args=(1.5,))
+        worker.start()
+        worker.join()
+    frame = sampler.result.frame
+    own = pd.to_numeric(frame["proc_cpu_util_pct"], errors="coerce").dropna()
+    assert own.mean() > 60.0 * 1.5 / (1.5 + 0.2), own.tolist()  # the worker's busy core is ours
+    got = interference.measure(frame, [0] if len(usable_cpu_ids()) == 1 else usable_cpu_ids())
+    assert got.interfered is False, got.describe()
