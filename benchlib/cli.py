@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import subprocess
 import sys
 import warnings
@@ -216,6 +217,11 @@ def _nan_to_none(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """numpy scalars as Python values, for JSON."""
+    return {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
+
+
 def _cmd_env(args: argparse.Namespace) -> int:
     from .env.manifest import collect_manifest
 
@@ -240,6 +246,52 @@ def _cmd_report(args: argparse.Namespace) -> int:
     name = args.name or (dirs[0].name if len(dirs) == 1 else "merged")
     out = summarize(dirs, Path(args.reports_root) / name, title=f"benchlib report: {name}")
     print(out)
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from .report import diff as d
+    from .report.evidence import METRICS
+
+    for flag, value in (("--threshold", args.threshold), ("--fail-on-regression", args.fail_on_regression)):
+        if value is not None and not (math.isfinite(value) and 0 <= value < 100):
+            raise ConfigError(f"command line: {flag} {value}; allowed: a percentage from 0 to under 100")
+    metrics = args.metric or list(d.DEFAULT_METRICS)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ConfigError(f"command line: --metric {', '.join(unknown)}; allowed: {', '.join(METRICS)}")
+    from .spec.settings import SETTING_RULES
+
+    ignore = args.ignore or []
+    allowed = sorted({*SETTING_RULES, "hardware", "batch_size", "world_size"} - {"seed"})
+    if bad := [n for n in ignore if n not in allowed]:
+        raise ConfigError(f"command line: --ignore {', '.join(bad)}; allowed: {', '.join(allowed)}")
+    folders = []
+    for side in (args.a, args.b):
+        try:
+            d.results_folders(Path(side))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{exc}; give folders written by benchlib, e.g. results/default") from None
+        folders.append(Path(side))
+    table = d.diff(folders[0], folders[1], metrics, threshold=args.threshold / 100, ignore=ignore)
+    worse = d.regressions(table, args.fail_on_regression) if args.fail_on_regression is not None else None
+    if args.json:
+        payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold,
+                   "fail_on_regression_pct": args.fail_on_regression,
+                   "regressions": 0 if worse is None else len(worse),
+                   "rows": [_nan_to_none(_plain(r)) for r in table.to_dict("records")]}
+        print(json.dumps(payload, default=str, allow_nan=False))
+    else:
+        print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate); "
+              f"95% bootstrap interval of the ratio of medians, Mann-Whitney p; same = interval holds 1 or the "
+              f"change is under {args.threshold:g}%; of = what was resampled: runs (three or more repeats a side) or "
+              "samples (the steps of one run a side: run-to-run drift not covered)")
+        print(d.as_text(table))
+    if worse is not None and not worse.empty:
+        listed = "; ".join(f"{r['configuration']} {r['metric']} {r['ratio']:.3f}x [{r['ci_low']:.3f}, "
+                           f"{r['ci_high']:.3f}]" for r in worse.to_dict("records"))
+        print(f"benchlib: {len(worse)} regression(s) over {args.fail_on_regression:g}%: {listed}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -410,6 +462,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", help="save the ceilings under RESULTS_DIR/ceilings/ for the summary")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_roofline)
+
+    p = sub.add_parser("diff", help="compare two results folders configuration by configuration, with intervals")
+    p.add_argument("a", help="reference results folder (a study folder or a results root), e.g. the last commit's")
+    p.add_argument("b", help="candidate results folder")
+    p.add_argument("--metric", action="append", help="metric to compare (repeatable; default: throughput, step "
+                   "time, latency, peak memory, energy, accuracy)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with a rows list")
+    p.add_argument("--ignore", action="append", metavar="SETTING",
+                   help="leave a setting out of the match, to compare what differs in it (e.g. threads, hardware)")
+    p.add_argument("--threshold", type=float, default=2.0, metavar="PCT",
+                   help="changes under PCT%% are judged same (default 2)")
+    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                   help="exit 1 when B is slower (or worse) than A by more than PCT%% with an interval excluding 1")
+    p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser("env", help="print the environment manifest")
     p.add_argument("--json", action="store_true")

@@ -1,0 +1,175 @@
+"""``benchlib diff A B``: two results folders compared configuration by configuration, with intervals.
+
+A is the reference (the last commit, the old machine, the old library), B the candidate. Configurations
+are matched on the settings that identify them: hardware, processes and every run setting but the seed,
+as recorded in each row's ``settings_json`` (settings only one side knows, e.g. one a newer benchlib
+added, are left out of the match). Rows of several seeds of one configuration pool their samples. Each
+metric is compared from the raw samples where the rows keep them and across rows where a row holds one
+figure. ``ratio`` > 1 means B is better than A (faster, smaller, more accurate). A configuration found on
+one side only is listed, not dropped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..store.rows import read_results
+from .evidence import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
+from .stats import PRACTICAL_THRESHOLD, WORSE
+
+DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50",
+                   "batch_latency_ms_p50", "peak_rss_bytes", "peak_cuda_allocated_bytes",
+                   "train_energy_j_per_sample", "test_accuracy")
+COLUMNS = ("configuration", "metric", "a", "b", "ratio", "ci_low", "ci_high", "p_value", "verdict", "n_a", "n_b",
+           "level", "a_noisy", "b_noisy", "a_interfered", "b_interfered")
+_DIGEST_AND_SEED = re.compile(r"__[0-9a-f]{8}((?:__ddp\d+)?)__seed\d+$")
+
+
+def results_folders(path: Path) -> list[Path]:
+    """A study folder (it has ``rows/``) or a results root holding study folders."""
+    if (path / "rows").is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / "rows").is_dir()) if path.is_dir() else []
+    if not found:
+        raise FileNotFoundError(f"'{path}' holds no results (no rows/ folder in it or in a folder below it)")
+    return found
+
+
+def _settings(row: pd.Series) -> dict[str, Any]:
+    try:
+        return dict(json.loads(str(row.get("settings_json") or "{}")))
+    except ValueError:
+        return {}
+
+
+def _keys(rows: pd.DataFrame, shared: Iterable[str], ignored: Iterable[str] = ()) -> pd.Series:
+    names = sorted(set(shared) - {"seed"})
+
+    def key(row: pd.Series) -> str:
+        settings = _settings(row)
+        ident = {"hardware": row["hardware"], "world_size": row.get("world_size"), "model": row["model"],
+                 "batch_size": row["batch_size"], **{n: settings.get(n) for n in names}}
+        for name in set(ident) & set(ignored):
+            del ident[name]
+        return json.dumps(ident, sort_keys=True, default=str)
+
+    return rows.apply(key, axis=1) if not rows.empty else pd.Series(dtype=str)
+
+
+def digest_of(key: str) -> str:
+    """Six hex digits telling apart configurations whose labels coincide (they differ in another setting)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:6]
+
+
+def _label(run_id: str) -> str:
+    """The run id less its settings digest and seed: readable, and the same on both sides."""
+    return _DIGEST_AND_SEED.sub(r"\1", run_id)
+
+
+def _ok(folder: Path) -> pd.DataFrame:
+    rows = read_results(results_folders(folder))
+    return rows[rows["status"] == "ok"].reset_index(drop=True)
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
+    return float(values.median()) if not values.empty else math.nan
+
+
+def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
+         threshold: float = PRACTICAL_THRESHOLD, ignore: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per configuration and metric: A's and B's figures and B against A with an interval and a verdict.
+
+    ``ignore``: settings left out of the match, to compare what differs in them (``threads``: one thread
+    in A against two in B). A metric neither side measured for a configuration (a CPU run has no CUDA
+    memory) is left out.
+    """
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; allowed: {', '.join(METRICS)}")
+    rows_a, rows_b = _ok(a), _ok(b)
+    settings_a = [set(_settings(r)) for _, r in rows_a.iterrows()]
+    settings_b = [set(_settings(r)) for _, r in rows_b.iterrows()]
+    shared = set.intersection(*settings_a, *settings_b) if settings_a and settings_b else set()
+    shared -= set(ignore)
+    rows_a = rows_a.assign(_key=_keys(rows_a, shared, ignore), _label=rows_a["run_id"].astype(str).map(_label))
+    rows_b = rows_b.assign(_key=_keys(rows_b, shared, ignore), _label=rows_b["run_id"].astype(str).map(_label))
+    reader = SampleFiles()
+    out: list[dict[str, Any]] = []
+    keys = sorted(set(rows_a["_key"]) | set(rows_b["_key"]))
+    labels = {k: pd.concat([rows_a, rows_b]).loc[lambda d, k=k: d["_key"] == k, "_label"].iloc[0] for k in keys}
+    ambiguous = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    for key in keys:
+        side_a, side_b = rows_a[rows_a["_key"] == key], rows_b[rows_b["_key"] == key]
+        label = labels[key] + (f"#{digest_of(key)}" if labels[key] in ambiguous else "")
+        for name in metrics:
+            metric = METRICS[name]
+            va, vb = _median(side_a, metric.column), _median(side_b, metric.column)
+            record: dict[str, Any] = {"configuration": label, "metric": name, "a": va, "b": vb,
+                                      "n_a": len(side_a), "n_b": len(side_b)}
+            if side_a.empty or side_b.empty:
+                record["verdict"] = "only in B" if side_a.empty else "only in A"
+            elif math.isnan(va) and math.isnan(vb):
+                continue
+            else:
+                record.update(compare_rows(side_b, side_a, metric, reader, threshold=threshold).as_dict())
+            record.update(a_noisy=flagged(side_a, NOISE_FLAGS), b_noisy=flagged(side_b, NOISE_FLAGS),
+                          a_interfered=flagged(side_a, ("interfered",)), b_interfered=flagged(side_b, ("interfered",)))
+            out.append(record)
+    return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def regressions(table: pd.DataFrame, percent: float) -> pd.DataFrame:
+    """B worse than A by more than ``percent`` with an interval that excludes 1 (what CI gates on)."""
+    ratio = pd.to_numeric(table["ratio"], errors="coerce")
+    high = pd.to_numeric(table["ci_high"], errors="coerce")
+    bad = table["verdict"].isin(sorted(WORSE)) & (ratio < 1 - percent / 100) & (high < 1)
+    return table[bad].reset_index(drop=True)
+
+
+def as_text(table: pd.DataFrame) -> str:
+    """The table for a terminal: figures rounded, the comparison as ``ratio [low, high]``."""
+    if table.empty:
+        return "no configurations in either folder"
+    shown = pd.DataFrame({
+        "configuration": table["configuration"], "metric": table["metric"],
+        "a": table["a"].map(_short), "b": table["b"].map(_short),
+        "B vs A": [_interval(r) for r in table.to_dict("records")], "p": table["p_value"].map(_p),
+        "verdict": table["verdict"], "n": [f"{a}/{b}" for a, b in zip(table["n_a"], table["n_b"])],
+        "of": table["level"].fillna(""),
+        "flags": [_flags(r) for r in table.to_dict("records")],
+    })
+    return str(shown.to_string(index=False))
+
+
+def _short(value: Any) -> str:
+    v = float(value) if value is not None else math.nan
+    if math.isnan(v):
+        return "–"
+    return f"{v:.4g}"
+
+
+def _p(value: Any) -> str:
+    v = float(value) if value is not None else math.nan
+    return "–" if math.isnan(v) else f"{v:.3g}"
+
+
+def _interval(r: dict[str, Any]) -> str:
+    value = r.get("ratio")
+    ratio = math.nan if value is None else float(value)
+    if math.isnan(ratio):
+        return "–"
+    low, high = float(r["ci_low"]), float(r["ci_high"])
+    return f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{ratio:.3f}x [no interval]"
+
+
+def _flags(r: dict[str, Any]) -> str:
+    marks = [f"{side} {what}" for side in ("a", "b") for what in ("noisy", "interfered") if r.get(f"{side}_{what}")]
+    return ", ".join(marks)

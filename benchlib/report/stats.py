@@ -1,0 +1,118 @@
+"""Comparisons that carry their uncertainty: a ratio of medians, its bootstrap interval, a rank test, a verdict.
+
+Every claim a report makes is a comparison (GPU against CPU, AMP against fp32, this commit against the
+last). A bare ratio of two medians hides how much of it is noise; here each ratio comes from the raw
+samples behind the two figures: a seeded bootstrap interval of the ratio of medians (scipy's percentile
+bootstrap, each side resampled apart, 95% by default), a Mann-Whitney U test of "is there a difference at
+all", and a verdict: ``faster`` (or ``better``) / ``slower`` (``worse``) when the interval excludes 1 and
+the change is at least the practical threshold (2%), else ``same``. With fewer than two samples a side
+there is no interval and the verdict is ``unknown``: the ratio stands alone, and says so.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+PRACTICAL_THRESHOLD = 0.02  # a change under 2% is "same", however sure
+RESAMPLES = 2000
+SEED = 0
+VERDICTS = ("faster", "slower", "better", "worse", "same", "unknown")
+WORSE = frozenset({"slower", "worse"})
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``ratio`` > 1: side A is better (faster, smaller, more accurate) than side B by that factor."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    verdict: str
+    n_a: int
+    n_b: int
+    level: str = "samples"  # what was resampled: "samples" of one run a side, or "runs" (repeats' figures)
+
+    def text(self) -> str:
+        """``1.23x [1.10, 1.35] faster``: the ratio, its interval and the verdict, for tables."""
+        if not math.isfinite(self.ratio):
+            return "–"
+        interval = (f" [{self.ci_low:.2f}, {self.ci_high:.2f}]" if math.isfinite(self.ci_low)
+                    else f" [n={min(self.n_a, self.n_b)}: no interval]")
+        return f"{self.ratio:.2f}x{interval} {self.verdict}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NO_DATA = Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", 0, 0)
+
+
+def _clean(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    array = np.asarray(values, dtype=float).ravel()
+    return array[np.isfinite(array)]
+
+
+def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.asarray(np.median(a, axis=axis) / np.median(b, axis=axis))
+
+
+def verdict_of(ratio: float, ci_low: float, ci_high: float, *, threshold: float = PRACTICAL_THRESHOLD,
+               words: tuple[str, str] = ("faster", "slower")) -> str:
+    """``words[0]``/``words[1]`` when the interval excludes 1 and the change is at least ``threshold``."""
+    if not all(math.isfinite(x) for x in (ratio, ci_low, ci_high)):
+        return "unknown"
+    if ci_low <= 1.0 <= ci_high or abs(ratio - 1.0) < threshold:
+        return "same"
+    return words[0] if ratio > 1.0 else words[1]
+
+
+def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, higher_is_better: bool,
+            timing: bool = True, confidence: float = CONFIDENCE, threshold: float = PRACTICAL_THRESHOLD,
+            seed: int = SEED) -> Comparison:
+    """How side ``a`` compares with side ``b`` from their raw samples (step times, latencies, throughputs...).
+
+    The ratio is median(a) / median(b) where higher is better (throughput, accuracy), median(b) / median(a)
+    where lower is (times, memory, energy), so > 1 always means ``a`` is better. ``timing`` picks the
+    verdict's words: faster/slower for speed, better/worse for anything else.
+    """
+    xa, xb = _clean(a), _clean(b)
+    n_a, n_b = int(xa.size), int(xb.size)
+    first, second = (xa, xb) if higher_is_better else (xb, xa)
+    if n_a == 0 or n_b == 0 or np.median(second) <= 0 or np.median(first) < 0:
+        return Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
+    ratio = float(np.median(first) / np.median(second))
+    if n_a < 2 or n_b < 2:
+        return Comparison(ratio, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
+    if np.ptp(first) == 0 and np.ptp(second) == 0:  # constant sides: the ratio is exact
+        low = high = ratio
+        p_value = 1.0 if first[0] == second[0] else 0.0
+    else:
+        boot = stats.bootstrap((first, second), _median_ratio, vectorized=True, paired=False,
+                               n_resamples=RESAMPLES, confidence_level=confidence, method="percentile",
+                               rng=np.random.default_rng(seed))
+        low, high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+        p_value = float(stats.mannwhitneyu(xa, xb, alternative="two-sided").pvalue)
+    words = ("faster", "slower") if timing else ("better", "worse")
+    return Comparison(ratio, low, high, p_value, verdict_of(ratio, low, high, threshold=threshold, words=words),
+                      n_a, n_b)
+
+
+def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,
+           seed: int = SEED) -> tuple[float, float, float]:
+    """(median, low, high): the median of repeats with its bootstrap interval (NaN bounds under 2 values)."""
+    x = _clean(values)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    median = float(np.median(x))
+    if x.size < 2 or np.ptp(x) == 0:
+        return (median, median, median) if x.size >= 2 else (median, math.nan, math.nan)
+    boot = stats.bootstrap((x,), np.median, vectorized=True, n_resamples=RESAMPLES, confidence_level=confidence,
+                           method="percentile", rng=np.random.default_rng(seed))
+    return median, float(boot.confidence_interval.low), float(boot.confidence_interval.high)
