@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -11,8 +12,10 @@ from conftest import TINY
 from benchlib.cli import main
 from benchlib.report.diff import diff, regressions
 from benchlib.report.stats import compare, spread
+from benchlib.report.tables import scaling_table, speedup_matrix, speedup_table
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
+from benchlib.store.rows import read_results, read_samples
 
 
 def _noise(center: float, n: int = 60, seed: int = 1) -> np.ndarray:
@@ -120,3 +123,23 @@ def test_diff_refuses_bad_input_in_one_line(folders, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and "holds no results" in err[0] and "allowed: train_samples_per_s" in err[1]
     assert "allowed: a percentage" in err[2] and "allowed: augment, batch_size" in err[3]
+
+
+# ---------------------------------------------------------------- the summary's tables carry intervals
+
+def test_scaling_and_cross_device_tables_show_intervals_and_verdicts(folders):
+    both = read_results([folders / "t1", folders / "t2"])
+    scaling = scaling_table(both, "threads").set_index("threads")
+    assert scaling.loc[1, "verdict"] == "baseline"
+    assert scaling.loc[2, "verdict"] == "faster" and scaling.loc[2, "ci_low"] > 1.0
+    assert re.fullmatch(r"\d\.\d\dx \[\d\.\d\d, \d\.\d\d\] faster", scaling.loc[2, "speedup_text"])
+
+    two_machines = both.assign(machine=np.where(both["threads"] == 2, "two-threads", "one-thread"))
+
+    def reader(row):  # the rows were written under the test machine's name
+        return read_samples(row["results_dir"], {**row, "machine": "testmachine"})
+
+    table = speedup_table(two_machines, reader=reader).set_index("device_a")
+    assert table.loc["two-threads:cpu", "verdict"] == "faster" and table.loc["one-thread:cpu", "verdict"] == "slower"
+    matrix = speedup_matrix(two_machines, reader=reader)
+    assert "faster" in matrix.loc[("resnet18", 64, "two-threads:cpu"), "one-thread:cpu"]

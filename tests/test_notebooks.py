@@ -1,6 +1,7 @@
 """Notebooks: committed clean, parameters in step with the config, and a tiny study through papermill."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -25,7 +26,7 @@ def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
 
 PAIR_PARAMETERS = {"study", "hardware", "model", "results_dir", "figures_dir"}
 NOTEBOOK_PARAMETERS = {
-    "benchmark.ipynb": PAIR_PARAMETERS | {"batch_sizes", "sweep", "repeats", "resume", "variants"},
+    "benchmark.ipynb": PAIR_PARAMETERS | {"batch_sizes", "sweep", "repeats", "resume", "variants", "interleave"},
     "profile.ipynb": PAIR_PARAMETERS | {"batch_size", "profile_wait", "profile_warmup", "profile_active"},
     "tune.ipynb": PAIR_PARAMETERS | {"batch_sizes", "n_trials", "objective", "pruning", "epochs_per_trial", "tune_seed",
                                      "search_space"},
@@ -92,6 +93,11 @@ def test_tiny_study_through_papermill(tmp_path):
     assert 'href="tiny/profile/cpu__resnet18.html"' in index
     assert (df["above_roof"] == False).all()  # noqa: E712  (a point above its roof is a measurement bug)
     assert (df["flops_per_sample"] > 0).all() and (df["roof_fraction"] > 0).all()
+    rules = json.loads((results / "tiny" / "run_rules.json").read_text())
+    assert rules["interleave"] is True and rules["studies"]["tiny"]["rows"] == 4
+    assert rules["studies"]["tiny"]["rules"]["warmup_steps"] == [1] and rules["studies"]["tiny"]["seeds"] == [0]
+    assert "How it was run" in summary and "4 configuration(s) x 1 repeat(s)" in summary
+    assert "interfered" in summary, "the configurations table shows the interference flag"
 
 
 # ---------------------------------------------------------------- the Kaggle / Colab install cell

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,9 +53,27 @@ def test_variant_speedups_against_default(rows):
     _, out = rows
     table = variant_speedups(read_results([out])).set_index("variant")
     assert table.loc["cpu-default", "latency_speedup_bs1"] == pytest.approx(1.0)
+    assert table.loc["cpu-default", "latency_bs1_verdict"] == "same"
+    assert "x [" in table.loc["cpu-quantized", "latency_bs1"], "each ratio shows its interval"
+    assert table.loc["cpu-quantized", "latency_bs1_verdict"] in ("faster", "slower", "same")
     assert table.loc["cpu-quantized", "baseline"] == "cpu-default"
     assert table.loc["cpu-quantized", "model_size_ratio"] < 0.4
     assert "gpu-amp" not in table.index, "skipped rows are not compared"
+
+
+def test_variants_run_interleaved_in_rounds_with_each_evaluator_after_its_trainer(tmp_path):
+    text = Path("params/compare-cpu.yaml").read_text() + "repeats: 2\nbatch_sizes: [32, 64]\n"
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("batch_sizes: [64]\n", ""))
+    order = [(c.settings.seed, c.batch_size, c.settings.variant) for c in load_study(path).configs("cpu", "resnet18")]
+    trainers = ["cpu-default", "cpu-bf16", "cpu-channels-last"]
+    assert order[:4] == [(0, 32, v) for v in trainers] + [(0, 32, "cpu-quantized")]
+    assert order[4:8] == [(0, 64, v) for v in trainers] + [(0, 64, "cpu-quantized")]
+    assert [seed for seed, _, _ in order] == [0] * 8 + [1] * 8, "rounds: every variant of a seed, then the next"
+    path.write_text(path.read_text() + "interleave: false\n")
+    grouped = [(c.settings.seed, c.batch_size, c.settings.variant) for c in load_study(path).configs("cpu", "resnet18")]
+    assert [v for _, _, v in grouped[:4]] == ["cpu-default"] * 4 and grouped[-1][2] == "cpu-quantized"
+    assert sorted(grouped) == sorted(order)
 
 
 def test_compare_params_expand_variants():

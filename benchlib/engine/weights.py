@@ -44,11 +44,6 @@ def plan_weights(layout: ResultsLayout, machine: str, configs: Sequence[RunConfi
     return plans
 
 
-def training_first(configs: Sequence[RunConfig]) -> list[RunConfig]:
-    """Configurations that train before those that only evaluate, so the weights exist when needed."""
-    return sorted(configs, key=lambda c: c.evaluates_only)  # stable: the study's order otherwise
-
-
 def save_weights(plan: WeightsPlan, model: torch.nn.Module, trained_by: str) -> None:
     """Write the trained weights atomically (a killed run leaves the old file or none, never a part)."""
     buffer = io.BytesIO()

@@ -9,6 +9,7 @@ same settings are kept, rows of settings the file no longer has are kept aside, 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import sys
 import time
@@ -22,13 +23,14 @@ from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..errors import ConfigError, DiskFull
 from ..instruments import interference
+from ..report.rules import run_rules, superseded_rows
 from ..roofline.cache import ensure_ceilings
 from ..run.outcome import error_text
 from ..run.record import record_pair_failure, set_aside_stale_rows
 from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
-from ..store.atomic import remove_stale_temp_files
+from ..store.atomic import atomic_write_text, remove_stale_temp_files
 from ..store.layout import ReportLayout, StudyPaths, pair_notebook_name, tuned_params_dir
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
@@ -70,9 +72,13 @@ def move_aside(paths: StudyPaths, keep: tuple[Path, ...] = ()) -> list[Path]:
     return moved
 
 
+_GRID_ONLY = ("sweep", "repeats", "resume", "variants", "interleave")  # the benchmark notebook's alone
+
+
 def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict[str, Any]:
     return {"study": cfg.study, "hardware": hardware, "model": model, "batch_sizes": list(cfg.batch_sizes),
             "sweep": {k: list(v) for k, v in cfg.sweep}, "repeats": cfg.repeats, "resume": True,
+            "interleave": cfg.interleave,
             "variants": [variant_spec(v) for v in cfg.variants],
             "results_dir": str(paths.results.root), "figures_dir": str(paths.reports.figures_dir),
             **cfg.settings.flat()}
@@ -161,6 +167,9 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     rows = read_results([paths.results.root])
     mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
     configs_failed = int((mine["status"] == "failed").sum())
+    rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
+    atomic_write_text(paths.results.run_rules_path, json.dumps(
+        {"study": cfg.study, "params": cfg.source, "interleave": cfg.interleave, **rules}, indent=1, default=str))
     if warning := interference.summarize(mine[mine["status"] == "ok"]):
         print(f"benchlib: warning: {warning}", file=sys.stderr, flush=True)
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
@@ -178,7 +187,7 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
     _log(f"profile {hardware} / {model} (batch {run.batch_size})")
     out = paths.reports.profiles_dir / pair_notebook_name(hardware, model)
     params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
-              if k not in ("batch_sizes", "sweep", "repeats", "resume", "variants")}
+              if k not in ("batch_sizes", *_GRID_ONLY)}
     params["batch_size"] = run.batch_size
     try:
         publish.execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
@@ -229,7 +238,7 @@ def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), report
         _log(f"tuning pair {i}/{len(cfg.pairs())}: {hardware} / {model} ({cfg.tune.n_trials} trial(s), "
              f"{cfg.tune.objective})")
         params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
-                  if k not in ("sweep", "repeats", "resume", "variants")}
+                  if k not in _GRID_ONLY}
         params.update(cfg.tune.as_params())
         out = paths.reports.tune_dir / pair_notebook_name(hardware, model)
         try:

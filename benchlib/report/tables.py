@@ -1,4 +1,8 @@
-"""Tables the summary shows, computed from result rows (pure pandas: no files, no plotting)."""
+"""Tables the summary shows, computed from result rows (pandas; no plotting).
+
+Ratios carry their interval and verdict (see ``stats``), from the raw samples kept beside the rows; a
+``reader`` gives a row's samples (by default from the row's results folder; tests pass their own).
+"""
 from __future__ import annotations
 
 import itertools
@@ -9,10 +13,13 @@ import numpy as np
 import pandas as pd
 
 from ..store.rows import invalid_rows, read_results
+from .evidence import SampleFiles, SampleReader, compare_rows
+from .stats import spread
 
 PAIR_COLUMNS = [
-    "machine", "hardware", "device_name", "model", "dataset", "batch_size", "variant", "status",
-    "train_samples_per_s", "train_step_s_median", "train_step_s_iqr", "epoch_s", "val_samples_per_s",
+    "machine", "hardware", "device_name", "model", "dataset", "batch_size", "variant", "status", "interfered",
+    "interference_cpu_pct", "train_step_noisy", "train_samples_per_s", "train_step_s_median", "train_step_s_iqr",
+    "epoch_s", "val_samples_per_s",
     "train_accuracy", "test_accuracy", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
     "batch_latency_ms_p50", "infer_samples_per_s", "peak_rss_bytes", "peak_cuda_allocated_bytes", "params",
 ]
@@ -56,41 +63,48 @@ def failures_table(df: pd.DataFrame, invalid: pd.DataFrame | None = None) -> pd.
     return table.reset_index(drop=True)
 
 
-def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.DataFrame:
-    """Ratio of ``metric`` for every ordered pair of devices, per model and batch size.
+SPEEDUP_COLUMNS = ["model", "batch_size", "device_a", "device_b", "speedup", "ci_low", "ci_high", "p_value", "verdict",
+                   "level", "speedup_text"]
+
+
+def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s",
+                  reader: SampleReader | None = None) -> pd.DataFrame:
+    """Ratio of ``metric`` for every ordered pair of devices, per model and batch size, with its interval.
 
     One line per (model, batch size, device A, device B): ``speedup`` > 1 means A is faster than B
-    (for latency the ratio is inverted so that > 1 still means faster). Empty with one device.
+    (for latency the ratio is inverted so that > 1 still means faster), ``ci_low``/``ci_high`` its 95%
+    bootstrap interval, ``verdict`` faster/slower/same. Empty with one device.
     """
-    direction = SPEEDUP_METRICS.get(metric, "higher")
     good = ok_rows(df)
+    columns = SPEEDUP_COLUMNS[:4] + [metric + "_a", metric + "_b"] + SPEEDUP_COLUMNS[4:]
     if good.empty:
-        return pd.DataFrame(
-            columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"]
-        )
+        return pd.DataFrame(columns=columns)
+    reader = reader or SampleFiles()
     good["device"] = device_label(good)
-    med = good.groupby(["model", "batch_size", "device"])[metric].median().reset_index()
     out = []
-    for (model, batch), grp in med.groupby(["model", "batch_size"]):
-        values = dict(zip(grp["device"], grp[metric]))
-        for a, b in itertools.permutations(sorted(values), 2):
-            va, vb = values[a], values[b]
+    for (model, batch), grp in good.groupby(["model", "batch_size"]):
+        sides = {d: rows for d, rows in grp.groupby("device")}
+        for a, b in itertools.permutations(sorted(sides), 2):
+            va = pd.to_numeric(sides[a][metric], errors="coerce").median()
+            vb = pd.to_numeric(sides[b][metric], errors="coerce").median()
             if not (np.isfinite(va) and np.isfinite(vb)) or va <= 0 or vb <= 0:
                 continue
-            ratio = va / vb if direction == "higher" else vb / va
-            out.append({"model": model, "batch_size": batch, "device_a": a, "device_b": b,
-                        metric + "_a": va, metric + "_b": vb, "speedup": ratio})
-    return pd.DataFrame(
-        out, columns=["model", "batch_size", "device_a", "device_b", metric + "_a", metric + "_b", "speedup"]
-    )
+            c = compare_rows(sides[a], sides[b], metric, reader)
+            out.append({"model": model, "batch_size": batch, "device_a": a, "device_b": b, metric + "_a": va,
+                        metric + "_b": vb, "speedup": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
+                        "p_value": c.p_value, "verdict": c.verdict, "level": c.level, "speedup_text": c.text()})
+    return pd.DataFrame(out, columns=columns)
 
 
-def speedup_matrix(df: pd.DataFrame, metric: str = "train_samples_per_s") -> pd.DataFrame:
-    """Speedups as a wide table: rows (model, batch, device A), columns device B."""
-    long = speedup_table(df, metric)
+def speedup_matrix(df: pd.DataFrame, metric: str = "train_samples_per_s",
+                   reader: SampleReader | None = None) -> pd.DataFrame:
+    """Speedups as a wide table: rows (model, batch, device A), columns device B, cells
+    ``ratio [low, high] verdict``."""
+    long = speedup_table(df, metric, reader)
     if long.empty:
         return long
-    return long.pivot_table(index=["model", "batch_size", "device_a"], columns="device_b", values="speedup")
+    return long.pivot_table(index=["model", "batch_size", "device_a"], columns="device_b", values="speedup_text",
+                            aggfunc="first").fillna("")
 
 
 def devices_count(df: pd.DataFrame) -> int:
@@ -170,7 +184,8 @@ def config_key(run_id: pd.Series) -> pd.Series:
 
 
 def repeat_summary(df: pd.DataFrame, metrics: Iterable[str] = REPEAT_METRICS) -> pd.DataFrame:
-    """Per configuration over its seeds: n, median, IQR, min, max and the noise flag (IQR/median > 10%)."""
+    """Per configuration over its seeds: n, median with its 95% bootstrap interval, IQR, min, max and the
+    noise flag (IQR/median > 10%)."""
     good = ok_rows(df)
     if good.empty:
         return pd.DataFrame()
@@ -187,7 +202,9 @@ def repeat_summary(df: pd.DataFrame, metrics: Iterable[str] = REPEAT_METRICS) ->
             if v.empty:
                 continue
             q1, med, q3 = np.percentile(v, [25, 50, 75])
-            rec.update({f"{m}_median": med, f"{m}_iqr": q3 - q1, f"{m}_min": v.min(), f"{m}_max": v.max(),
+            _, low, high = spread(v.to_numpy(dtype=float))
+            rec.update({f"{m}_median": med, f"{m}_ci_low": low, f"{m}_ci_high": high, f"{m}_iqr": q3 - q1,
+                        f"{m}_min": v.min(), f"{m}_max": v.max(),
                         f"{m}_noisy": bool(med > 0 and (q3 - q1) / med > 0.10)})
         out.append(rec)
     return pd.DataFrame(out)
@@ -219,22 +236,29 @@ def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def scaling_table(df: pd.DataFrame, knob: str) -> pd.DataFrame:
-    """Throughput against a parallelism knob (threads or num_workers): speedup and parallel efficiency.
+def scaling_table(df: pd.DataFrame, knob: str, reader: SampleReader | None = None) -> pd.DataFrame:
+    """Throughput against a parallelism knob (threads, num_workers or world_size): speedup with its interval
+    and verdict, and parallel efficiency.
 
     Speedup is against the smallest value measured; efficiency = speedup / (value / smallest value).
     """
     good = ok_rows(df)
     if good.empty or knob not in good or good[knob].nunique() < 2:
         return pd.DataFrame()
+    reader = reader or SampleFiles()
     out = []
     for keys, grp in good.groupby(["machine", "hardware", "model", "batch_size"]):
-        med = grp.groupby(knob)["train_samples_per_s"].median().sort_index()
-        base_n, base = med.index[0], med.iloc[0]
-        for n, v in med.items():
+        by_value = {n: rows for n, rows in sorted(grp.groupby(knob), key=lambda item: item[0])}
+        base_n = next(iter(by_value))
+        base_rows = by_value[base_n]
+        base = pd.to_numeric(base_rows["train_samples_per_s"], errors="coerce").median()
+        for n, rows in by_value.items():
+            v = pd.to_numeric(rows["train_samples_per_s"], errors="coerce").median()
+            c = compare_rows(rows, base_rows, "train_samples_per_s", reader)
             ratio = n / base_n if base_n else np.nan
             out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3], knob: n,
-                        "train_samples_per_s": v, "speedup": v / base,
+                        "train_samples_per_s": v, "speedup": v / base, "ci_low": c.ci_low, "ci_high": c.ci_high,
+                        "verdict": c.verdict if n != base_n else "baseline", "speedup_text": c.text(),
                         "parallel_efficiency": (v / base) / ratio if ratio else np.nan})
     return pd.DataFrame(out)
 
@@ -262,32 +286,49 @@ def best_against_default(trials: pd.DataFrame) -> pd.DataFrame:
 BASELINE_VARIANTS = ("default", "cpu-default", "gpu-default")
 
 
-def variant_speedups(df: pd.DataFrame) -> pd.DataFrame:
+VARIANT_RATIOS = {  # column -> (metric, label of its text column)
+    "epoch_speedup": ("epoch_s", "epoch"),
+    "train_throughput_ratio": ("train_samples_per_s", "train_throughput"),
+    "latency_speedup_bs1": ("latency_ms_p50", "latency_bs1"),
+    "infer_throughput_ratio": ("infer_samples_per_s", "infer_throughput"),
+}
+
+
+def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd.DataFrame:
     """Every variant against its hardware's default variant, per model and batch size.
 
-    Speedups > 1 mean faster than the default: epoch time and batch-1 latency as default / variant,
-    throughput as variant / default; accuracy as the difference in points; memory as a ratio.
+    Speedups > 1 mean faster than the default (epoch time and batch-1 latency as default / variant,
+    throughput as variant / default), each with its interval and verdict in a text column
+    (``train_throughput``: ``1.31x [1.22, 1.40] faster``); accuracy as the difference in points; memory
+    and model size as ratios.
     """
     good = ok_rows(df)
     if good.empty or good["variant"].nunique() < 2:
         return pd.DataFrame()
+    reader = reader or SampleFiles()
     out = []
     for keys, grp in good.groupby(["machine", "hardware", "model", "batch_size"]):
-        base = grp[grp["variant"].isin(BASELINE_VARIANTS)]
-        if base.empty:
+        base_rows = grp[grp["variant"].isin(BASELINE_VARIANTS)]
+        if base_rows.empty:
             continue
-        b = base.iloc[0]
-        for _, r in grp.iterrows():
-            def ratio(num: Any, den: Any) -> float:
-                return float(num) / float(den) if pd.notna(num) and pd.notna(den) and float(den) > 0 else np.nan
-            out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3],
-                        "variant": r["variant"], "baseline": b["variant"],
-                        "epoch_speedup": ratio(b.get("epoch_s"), r.get("epoch_s")),
-                        "train_throughput_ratio": ratio(r.get("train_samples_per_s"), b.get("train_samples_per_s")),
-                        "latency_speedup_bs1": ratio(b.get("latency_ms_p50"), r.get("latency_ms_p50")),
-                        "infer_throughput_ratio": ratio(r.get("infer_samples_per_s"), b.get("infer_samples_per_s")),
-                        "accuracy_delta_pts": (float(r["test_accuracy"]) - float(b["test_accuracy"])) * 100
-                        if pd.notna(r.get("test_accuracy")) and pd.notna(b.get("test_accuracy")) else np.nan,
-                        "peak_memory_ratio": ratio(r.get("peak_rss_bytes"), b.get("peak_rss_bytes")),
-                        "model_size_ratio": ratio(r.get("model_size_bytes"), b.get("model_size_bytes"))})
+        baseline = str(base_rows["variant"].iloc[0])
+        base_rows = base_rows[base_rows["variant"] == baseline]
+        for variant, rows in grp.groupby("variant", sort=False):
+            rec: dict[str, Any] = {"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3],
+                                   "variant": variant, "baseline": baseline}
+            for column, (metric, label) in VARIANT_RATIOS.items():
+                c = compare_rows(rows, base_rows, metric, reader)
+                rec[column] = c.ratio
+                rec[f"{label}_verdict"] = c.verdict
+                rec[label] = c.text()
+
+            def median(rows: pd.DataFrame, col: str) -> float:
+                return float(pd.to_numeric(rows[col], errors="coerce").median()) if col in rows else np.nan
+
+            acc, base_acc = median(rows, "test_accuracy"), median(base_rows, "test_accuracy")
+            rec["accuracy_delta_pts"] = (acc - base_acc) * 100
+            for col, name in (("peak_rss_bytes", "peak_memory_ratio"), ("model_size_bytes", "model_size_ratio")):
+                num, den = median(rows, col), median(base_rows, col)
+                rec[name] = num / den if np.isfinite(num) and np.isfinite(den) and den > 0 else np.nan
+            out.append(rec)
     return pd.DataFrame(out)

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 from IPython.display import Image, Markdown, display
 
+from ..instruments import interference
 from ..instruments.profiler import ProfileResult, format_breakdown
 from ..nets.flops import layer_table as count_layers
 from ..nets.models import build_model
@@ -19,6 +20,7 @@ from ..roofline.cache import load_ceilings
 from ..store.layout import ResultsLayout
 from ..store.rows import key_of, read_samples
 from . import plots
+from . import rules as report_rules
 from . import tables as report
 from .profiles import load_profiles
 from .tuning import study_frame, tuning_figures
@@ -49,7 +51,12 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
     machines = ", ".join(sorted(map(str, df["machine"].dropna().unique()))) or "none"
     counts = df["status"].value_counts().to_dict() if not df.empty else {}
     status = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no rows"
-    return Markdown(f"# {title}\n\n{len(df)} configurations ({status}) from machine(s): {machines}.")
+    text = f"# {title}\n\n{len(df)} configurations ({status}) from machine(s): {machines}."
+    warning = interference.summarize(report.ok_rows(df)) if not df.empty else None
+    if warning:
+        text += (f"\n\n**Warning: {warning}.** The configurations table marks them (column `interfered`, "
+                 "with the other processes' share of the CPUs).")
+    return Markdown(text)
 
 
 def pair_rows(rows: Sequence[Mapping[str, Any]]) -> Any:
@@ -65,10 +72,17 @@ def failures(df: pd.DataFrame) -> Any:
                  "none: every configuration produced a measurement")
 
 
+INTERVAL_NOTE = ("the 95% bootstrap interval of the ratio of medians and a verdict (faster/slower when the "
+                 "interval excludes 1 and the change is at least 2%, else same; unknown with one sample a side). "
+                 "Intervals from one run a side cover step-to-step noise, not run-to-run drift: study `repeats: 3` "
+                 "or more to resample runs.")
+
+
 def speedups(df: pd.DataFrame) -> Any:
     if report.devices_count(df) < 2:
         return Markdown("*One device only: no cross-device speedups to show.*")
-    return report.speedup_matrix(df).style.format("{:.2f}x", na_rep="")
+    display(Markdown(f"Each cell: how much faster the row's device trains than the column's, with {INTERVAL_NOTE}"))
+    return report.speedup_matrix(df).style
 
 
 def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
@@ -152,6 +166,13 @@ def profile_result(result: ProfileResult, out_dir: str) -> None:
                      + " ".join(result.notes)))
 
 
+def run_rules(df: pd.DataFrame, results_dirs: Iterable[str]) -> Any:
+    """Repeats, seeds, warmup and the timing rules of each study, and every run that did not count."""
+    dirs = list(results_dirs)
+    rules = report_rules.run_rules(df, report_rules.superseded_rows(dirs))
+    return Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs)))
+
+
 def repeats(df: pd.DataFrame) -> Any:
     """Median, IQR, min and max over the seeds of each configuration; noisy figures flagged."""
     agg = report.repeat_summary(df)
@@ -168,6 +189,7 @@ def sweep(df: pd.DataFrame, figures_dir: str) -> None:
         table = report.scaling_table(df, knob)
         if not table.empty:
             display(Markdown(f"### Scaling with {knob}"))
+            display(Markdown(f"Speedup against the smallest {knob}, with {INTERVAL_NOTE}"))
             display(_show(table, ""))
             figures.append(plots.scaling(table, knob, figures_dir))
     if not sum(_show_figure(fig) for fig in figures):
@@ -180,6 +202,7 @@ def device_scaling(df: pd.DataFrame, figures_dir: str) -> Any:
     if table.empty:
         return Markdown("*One process per configuration: run with `--nproc-per-node N` to see data-parallel scaling.*")
     _show_figure(plots.scaling(table, "world_size", figures_dir))
+    display(Markdown(f"Speedup against one process, with {INTERVAL_NOTE}"))
     return _show(table, "")
 
 
@@ -190,6 +213,9 @@ def tuning(results_dir: str, study_name: str, figures_dir: str) -> None:
     counts = ", ".join(f"{n} {state.lower()}" for state, n in states.items()) or "no trials"
     display(Markdown(f"Study `{study_name}` in `{ResultsLayout.of(results_dir).tuning_storage}`: {len(frame)} "
                      f"trial(s) ({counts}). Best exported to `{ResultsLayout.of(results_dir).tuning_dir}`."))
+    display(Markdown("The best trial against the default trial: one short trial each, so the ratios have no "
+                     "interval (a trial's figure is a single run). Measure the tuned variant (`cpu-tuned`/"
+                     "`gpu-tuned` in `benchlib compare`) for the same comparison with its interval and verdict."))
     display(_show(report.best_against_default(frame), "no completed default or best trial to compare"))
     display(_show(frame.drop(columns=["params"], errors="ignore"), "no trials"))
     for path in tuning_figures(results_dir, study_name, Path(figures_dir)):
@@ -235,11 +261,17 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
         display(Markdown("*No telemetry time series in these results.*"))
 
 
+VARIANT_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "baseline", "train_throughput", "epoch",
+                   "latency_bs1", "infer_throughput", "accuracy_delta_pts", "peak_memory_ratio", "model_size_ratio"]
+
+
 def variants(df: pd.DataFrame) -> Any:
     """Each optimization variant against its hardware's default: speedups, accuracy and memory."""
     table = report.variant_speedups(df)
     if table.empty:
         return Markdown("*One variant only: list several under `variants:` (or run `benchlib compare`).*")
+    display(Markdown(f"Each variant against its hardware's default (> 1: better), with {INTERVAL_NOTE}"))
+    table = table[[c for c in VARIANT_COLUMNS if c in table]]
     quant = report.ok_rows(df)
     cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
                         "accuracy_drop_pts", "model_size_bytes", "fp32_model_size_bytes", "quantized_modules",

@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from ..engine.weights import WeightsPlan, plan_weights, training_first
+from ..engine.weights import WeightsPlan, plan_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
 from ..roofline.cache import ensure_ceilings
 from ..spec.settings import RunConfig, RunSettings
-from ..spec.study import expand_variants
+from ..spec.study import expand_variants, schedule
 from ..spec.variants import Variant, parse_variant
 from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
@@ -125,15 +125,17 @@ def set_aside_stale_rows(results_dir: str | Path, configs: Sequence[RunConfig], 
 
 def pair_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings, *,
                  sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
-                 variants: Sequence[Mapping[str, Any] | str | Variant] = ()) -> list[RunConfig]:
-    """The pair's configurations in the order they run: training ones before those that evaluate their weights."""
+                 variants: Sequence[Mapping[str, Any] | str | Variant] = (),
+                 interleave: bool = True) -> list[RunConfig]:
+    """The pair's configurations in the order they run (``schedule``: training first, rounds if interleaved)."""
     parsed = [v if isinstance(v, Variant) else parse_variant(v, "notebook parameters: variants") for v in variants]
-    return training_first(expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed))
+    return schedule(expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed), interleave)
 
 
 def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
              results_dir: str | Path, *, sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
-             resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = ()) -> list[Row]:
+             resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = (),
+             interleave: bool = True) -> list[Row]:
     """Measure every configuration of one hardware/model pair, recording each row as it finishes.
 
     With ``resume``, configurations whose complete row already exists are skipped (their row is
@@ -144,7 +146,7 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     layout = ResultsLayout.of(results_dir)
     machine = machine_name()
     configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,
-                           variants=variants)
+                           variants=variants, interleave=interleave)
     set_aside_stale_rows(layout.root, configs, machine)
     plans = plan_weights(layout, machine, configs)
     rows: list[Row] = []

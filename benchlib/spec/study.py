@@ -40,6 +40,8 @@ GRID_KEYS: dict[str, str] = {
     "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
     "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
+    "interleave": "true (default) or false: run a pair's configurations in rounds (seed, then batch size), every "
+                  "variant and swept value of a round back to back, so slow drift spreads over all of them",
     "variants": "list of variant presets (cpu-default, cpu-quantized, gpu-amp, ...) or mappings of knobs",
     "tuned_params_dir": "folder with the <cpu|gpu>-tuned.yaml files benchlib tune exported (default results/tuned)",
     "tune": "mapping for benchlib tune: n_trials, objective, pruning, epochs_per_trial, seed, search_space",
@@ -61,6 +63,20 @@ def expand_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[
             for r in range(repeats):
                 out.append(RunConfig(study, hardware, model, b, point.updated(seed=settings.seed + r), keys))
     return out
+
+
+def schedule(configs: Sequence[RunConfig], interleave: bool = True) -> list[RunConfig]:
+    """The order configurations run in: training ones before those that evaluate their weights, and with
+    ``interleave`` in rounds (seed, then batch size) so variants and swept values alternate A B A B
+    instead of all of A then all of B: thermal drift or other load then lands on every side alike.
+
+    An evaluate-only variant stays after the training twin of its round (same seed and batch), whose
+    weights it evaluates.
+    """
+    if not interleave:
+        return sorted(configs, key=lambda c: c.evaluates_only)  # stable: the study's order otherwise
+    batches = list(dict.fromkeys(c.batch_size for c in configs))
+    return sorted(configs, key=lambda c: (c.settings.seed, batches.index(c.batch_size), c.evaluates_only))
 
 
 def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
@@ -93,14 +109,16 @@ class StudyConfig:
     profile: bool = False
     tune: TuneSpec | None = None
     variants: tuple[Variant, ...] = ()
+    interleave: bool = True
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
         return [(h, m) for h in self.hardware for m in self.models]
 
     def configs(self, hardware: str, model: str) -> list[RunConfig]:
-        return expand_variants(self.study, hardware, model, self.batch_sizes, self.settings, dict(self.sweep),
-                               self.repeats, self.variants)
+        """The pair's configurations in the order they run (see ``schedule``)."""
+        return schedule(expand_variants(self.study, hardware, model, self.batch_sizes, self.settings,
+                                        dict(self.sweep), self.repeats, self.variants), self.interleave)
 
     def all_configs(self) -> list[RunConfig]:
         return [c for h, m in self.pairs() for c in self.configs(h, m)]
@@ -174,8 +192,8 @@ def _variants(raw: Mapping[str, Any], where: str) -> tuple[Variant, ...]:
     return variants
 
 
-def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
-    value = raw.get(key, False)
+def _flag(raw: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+    value = raw.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"{where}: key '{key}' is {value!r}; allowed: true or false")
     return value
@@ -226,7 +244,7 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
             check_batch_sizes([tuned], applied, f"{where}: variant '{v.name}'")
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
-                       variants)
+                       variants, _flag(raw, "interleave", where, default=True))
 
 
 def read_study_file(path: str | Path) -> Any:

@@ -13,6 +13,7 @@ A results folder (``results/<study>/``)::
     superseded/<stamp>/rows|samples|telemetry/
                                            rows measured with settings the study no longer has
     results.csv                            every row of the folder, rebuilt from rows/
+    run_rules.json                         repeats, seeds, warmup and every run that did not count
 
 ``results/tuned/`` (beside the study folders) holds the ``*-tuned.yaml`` files the tuned variants read.
 A report folder (``reports/<study>/``) holds the executed notebooks (``runs/``, ``profile/``, ``tune/``),
@@ -80,6 +81,10 @@ class ResultsLayout:
 
     def superseded_dir(self, stamp: str) -> Path:
         return self.root / "superseded" / stamp
+
+    @property
+    def run_rules_path(self) -> Path:
+        return self.root / "run_rules.json"
 
     # -- the environment and the roof
     def manifest_path(self, manifest_id: str) -> Path:

@@ -1,0 +1,96 @@
+"""The run rules of a study: how many repeats, which seeds, what warmup, and every run that did not count.
+
+MLPerf's rule that every run is reported, not just the good ones: a reader of a speedup needs to know it
+is the median of three seeds after five warmup steps, and that two other configurations ran out of
+memory, one was set aside when its settings changed and one was measured under interference. Computed
+from the rows (so a merged report has them too); ``benchlib study`` also writes them beside the rows as
+``run_rules.json``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..store.layout import ResultsLayout
+from .evidence import NOISE_FLAGS, flagged
+
+TIMING_RULES = ("warmup_steps", "train_steps", "epochs", "max_train_batches", "infer_warmup_batches",
+                "latency_repeats", "threads", "interference_threshold_pct")
+
+
+def _settings(rows: pd.DataFrame) -> pd.DataFrame:
+    parsed = [json.loads(str(s)) if isinstance(s, str) and s else {} for s in rows.get("settings_json", [])]
+    return pd.DataFrame(parsed, index=rows.index)
+
+
+def _values(column: pd.Series) -> list[Any]:
+    return sorted({v for v in column.dropna().tolist()}, key=str)
+
+
+def superseded_rows(results_dirs: Iterable[str | Path]) -> int:
+    """Rows set aside because the study's settings changed (kept under ``superseded/``, never deleted)."""
+    return sum(len(list((ResultsLayout.of(d).root / "superseded").glob("*/rows/*.json"))) for d in results_dirs)
+
+
+def run_rules(rows: pd.DataFrame, superseded: int = 0) -> dict[str, Any]:
+    """Per study: repeats and seeds, the timing rules in force, and every run that did not count, with why."""
+    out: dict[str, Any] = {"superseded_rows": superseded, "studies": {}}
+    for study, grp in rows.groupby("study", sort=True):
+        settings = _settings(grp)
+        config = grp["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+        per_config = config.value_counts()
+        ok = grp[grp["status"] == "ok"]
+        not_counted = grp[grp["status"] != "ok"]
+        out["studies"][str(study)] = {
+            "configurations": int(config.nunique()),
+            "rows": int(len(grp)),
+            "repeats_per_configuration": sorted({int(n) for n in per_config}),
+            "seeds": [int(s) for s in _values(pd.to_numeric(grp["seed"], errors="coerce"))],
+            "rules": {k: _values(settings[k]) for k in TIMING_RULES if k in settings},
+            "status_counts": {str(k): int(v) for k, v in grp["status"].value_counts().items()},
+            "not_counted": [{"run_id": r["run_id"], "status": r["status"], "error": r.get("error")}
+                            for r in not_counted.to_dict("records")],
+            "noisy_rows": int(sum(flagged(ok.loc[[i]], NOISE_FLAGS) for i in ok.index)),
+            "interfered_rows": int(ok["interfered"].fillna(False).astype(bool).sum()) if "interfered" in ok else 0,
+        }
+    return out
+
+
+def as_markdown(rules: dict[str, Any], interleave: dict[str, bool] | None = None) -> str:
+    """The rules as a few readable lines per study."""
+    lines = []
+    for study, r in rules["studies"].items():
+        reps = "/".join(map(str, r["repeats_per_configuration"]))
+        timing = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in r["rules"].items() if v)
+        order = ""
+        if interleave and study in interleave:
+            order = " Configurations ran " + ("interleaved in rounds (seed, batch size)." if interleave[study]
+                                              else "one after another (interleave: false).")
+        counts = ", ".join(f"{n} {s}" for s, n in r["status_counts"].items())
+        lines.append(f"- **{study}**: {r['configurations']} configuration(s) x {reps} repeat(s) (seeds "
+                     f"{', '.join(map(str, r['seeds']))}): {r['rows']} run(s), {counts}; {r['noisy_rows']} "
+                     f"noisy, {r['interfered_rows']} interfered.{order} Rules: {timing}.")
+        for miss in r["not_counted"]:
+            lines.append(f"  - not counted: `{miss['run_id']}`: {miss['status']}: {miss['error'] or ''}")
+    if rules["superseded_rows"]:
+        lines.append(f"- {rules['superseded_rows']} row(s) measured with settings a study no longer has were set "
+                     "aside under `superseded/` (kept, not shown).")
+    return "\n".join(lines) or "*No runs.*"
+
+
+def read_interleave(results_dirs: Iterable[str | Path]) -> dict[str, bool]:
+    """The ``interleave`` each study ran with, from the ``run_rules.json`` benchlib study wrote."""
+    out: dict[str, bool] = {}
+    for d in results_dirs:
+        path = ResultsLayout.of(d).run_rules_path
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("study"), str) and isinstance(data.get("interleave"), bool):
+            out[data["study"]] = data["interleave"]
+    return out
