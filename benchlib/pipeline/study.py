@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from papermill.exceptions import PapermillExecutionError
 
 from ..env.devices import resolve_hardware
@@ -24,9 +25,9 @@ from ..env.manifest import machine_name
 from ..errors import ConfigError, DiskFull
 from ..instruments import interference
 from ..report.rules import run_rules, superseded_rows
-from ..roofline.cache import ensure_ceilings
+from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..run.outcome import error_text
-from ..run.record import record_pair_failure, set_aside_stale_rows
+from ..run.record import record_pair_failure, refresh_roofs, set_aside_stale_rows
 from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
@@ -157,6 +158,12 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
         if out.exists():
             publish.render_html(out)
         _log(f"pair {i}/{len(pairs)} done in {time.perf_counter() - t0:.0f} s")
+    for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
+        _log(f"ceilings of {hardware} once more at the end of the study (a roof is a maximum: the higher is kept)")
+        now, before = remeasure_ceilings(paths.results.root, hardware)
+        if what := raised(before, now):
+            n = refresh_roofs(paths.results.root, machine, torch.device(now.device), now)
+            _log(f"the roof rose ({what}): {n} row(s) placed under it again")
     profiles_failed = 0
     if cfg.profile:
         for hardware, model in pairs:

@@ -3,8 +3,10 @@
 A roofline point is only as good as its roof. :func:`measure_ceilings` measures the roof here and now, so
 points are compared with what this machine, driver and torch build actually reach, not with a marketing
 number (:mod:`.datasheet` figures are drawn beside it, labelled). A roof is a maximum: one measured while
-something else loaded the machine is too low, so :func:`measure_ceilings_robust` re-measures a noisy
-figure and keeps the highest median (:func:`best_of`).
+something else loaded the machine is too low, so :func:`measure_ceilings_robust` watches the machine while
+it measures (:func:`measure_watched`), re-measures a noisy or interfered figure and keeps the highest
+median (:func:`best_of`); the cache measures an interfered roof again, and a study measures once more at
+its end, keeping the higher.
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ import torch
 
 from ..env.devices import bf16_supported, device_name, resolve_hardware, synchronize
 from ..env.manifest import driver_version
+from ..env.threads import usable_cpu_ids
+from ..instruments import interference
+from ..instruments.interference import DEFAULT_THRESHOLD_PCT
+from ..instruments.telemetry import TelemetrySampler
 from ..instruments.timing import NOISY_IQR_OVER_MEDIAN, Samples
 from .model import ridge_point_flops_per_byte
 
@@ -70,6 +76,13 @@ class Ceilings:
     attempts: int = 1
     attempt_peaks_flops_per_s: list[dict[str, float]] = field(default_factory=list)
     attempt_bandwidths_bytes_per_s: list[float] = field(default_factory=list)
+    # other work on the machine while measuring (see instruments.interference): a roof measured under
+    # load is too low and puts correct points above it, so such a roof is measured again
+    interference_cpu_pct: float | None = None
+    steal_pct: float | None = None
+    interfered: bool | None = None  # every attempt was interfered (one quiet attempt makes the maximum sound)
+    interference: str | None = None
+    attempt_interference_cpu_pct: list[float | None] = field(default_factory=list)
     path: str | None = None
 
     @property
@@ -279,6 +292,22 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
     )
 
 
+def measure_watched(device: str | torch.device, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                    **kwargs: Any) -> Ceilings:
+    """``measure_ceilings`` with the CPU telemetry running, so the ceilings say whether other work interfered."""
+    sampler = TelemetrySampler(gpus=False)
+    sampler.start()
+    sampler.set_phase("ceilings")
+    try:
+        measured = measure_ceilings(device, **kwargs)
+    finally:
+        telemetry = sampler.stop()
+    seen = interference.measure(telemetry.frame, usable_cpu_ids(), threshold_pct=threshold_pct, phases=("ceilings",))
+    return dataclasses.replace(measured, interference_cpu_pct=seen.cpu_pct, steal_pct=seen.steal_pct,
+                               interfered=seen.interfered, interference=seen.describe(),
+                               attempt_interference_cpu_pct=[seen.cpu_pct])
+
+
 def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
     """Merge ceiling measurements: per figure, the attempt with the highest median wins.
 
@@ -290,15 +319,28 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
         values = [a.peak_flops_per_s[dtype] for a in attempts if a.peak_flops_per_s.get(dtype)]
         if values:
             peaks[dtype] = max(values)
+    quiet = [a for a in attempts if not a.interfered]
+    watched = [a for a in attempts if a.interfered is not None]
+    least = min(quiet or attempts, key=lambda a: a.interference_cpu_pct or 0.0)
     return dataclasses.replace(
         attempts[0], peak_flops_per_s=peaks, bandwidth_bytes_per_s=max(a.bandwidth_bytes_per_s for a in attempts),
-        attempts=len(attempts), attempt_peaks_flops_per_s=[dict(a.peak_flops_per_s) for a in attempts],
-        attempt_bandwidths_bytes_per_s=[a.bandwidth_bytes_per_s for a in attempts])
+        attempts=sum(max(1, a.attempts) for a in attempts),
+        attempt_peaks_flops_per_s=[p for a in attempts for p in (a.attempt_peaks_flops_per_s or
+                                                                  [dict(a.peak_flops_per_s)])],
+        attempt_bandwidths_bytes_per_s=[b for a in attempts for b in (a.attempt_bandwidths_bytes_per_s or
+                                                                       [a.bandwidth_bytes_per_s])],
+        interference_cpu_pct=least.interference_cpu_pct, steal_pct=least.steal_pct,
+        interfered=(all(a.interfered for a in watched) if watched else None),
+        interference=None if quiet else least.interference,
+        attempt_interference_cpu_pct=[x for a in attempts for x in a.attempt_interference_cpu_pct],
+        measured_utc=max(a.measured_utc for a in attempts))
 
 
-def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3, **kwargs: Any) -> Ceilings:
-    """Measure, and re-measure while a figure is noisy (IQR/median > 10%), up to ``max_attempts``; keep the best."""
-    attempts = [measure_ceilings(device, **kwargs)]
-    while attempts[-1].noisy and len(attempts) < max_attempts:
-        attempts.append(measure_ceilings(device, **kwargs))
+def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3,
+                            threshold_pct: float = DEFAULT_THRESHOLD_PCT, **kwargs: Any) -> Ceilings:
+    """Measure, and re-measure while a figure is noisy (IQR/median > 10%) or other work interfered, up to
+    ``max_attempts``; keep the best of each figure."""
+    attempts = [measure_watched(device, threshold_pct, **kwargs)]
+    while (attempts[-1].noisy or attempts[-1].interfered) and len(attempts) < max_attempts:
+        attempts.append(measure_watched(device, threshold_pct, **kwargs))
     return best_of(attempts)

@@ -24,14 +24,15 @@ import torch
 from ..engine.weights import WeightsPlan, plan_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
-from ..roofline.cache import ensure_ceilings
+from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
+from ..roofline.ceilings import Ceilings
 from ..spec.settings import RunConfig, RunSettings
 from ..spec.study import expand_variants, schedule
 from ..spec.variants import Variant, parse_variant
 from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
 from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, write_row
-from .columns import Row
+from .columns import Row, roof_columns
 from .faults import maybe_inject
 from .measure import measure
 from .outcome import failure_row, failure_status
@@ -76,11 +77,39 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
             torch.cuda.empty_cache()
     if not main_rank:
         return None
+    if row.get("above_roof") and ceilings is not None:  # a roof is a maximum: measure it again, keep the higher
+        device = torch.device(resolve_hardware(cfg.hardware))
+        now, before = remeasure_ceilings(layout.root, device)
+        row.update(roof_columns(row, now, device.type, int(row.get("world_size") or 1)))
+        if progress:
+            rose = raised(before, now) or "no figure rose"
+            progress(f"{cfg.run_id} landed above its roof: ceilings measured again ({rose}); "
+                     f"above roof now: {row['above_roof']}")
     row["manifest_id"] = mid
     if telemetry is not None and not telemetry.frame.empty:
         atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
     write_row(layout, row, samples)
     return row
+
+
+def refresh_roofs(results_dir: str | Path, machine: str, device: torch.device, ceilings: Ceilings) -> int:
+    """Place this machine's complete rows on ``device`` under re-measured ceilings; returns the rows changed.
+
+    Only the roof columns change (the measured figures stay): a row written under a roof taken on a busy
+    machine no longer reads "above roof" once the roof is known to be higher.
+    """
+    layout = ResultsLayout.of(results_dir)
+    changed = 0
+    for row in stored_rows(layout):
+        if row.get("machine") != machine or row.get("status") != "ok" or row.get("device_name") != ceilings.device_name:
+            continue
+        if str(row.get("hardware", "")).split(":")[0] != device.type:
+            continue
+        updated = {**row, **roof_columns(row, ceilings, device.type, int(row.get("world_size") or 1))}
+        if updated != row:
+            write_row(layout, updated)
+            changed += 1
+    return changed
 
 
 # ---------------------------------------------------------------- a pair, with resume

@@ -1,0 +1,92 @@
+"""Ceilings measured under load: recorded as such, measured again, the higher kept, rows placed again."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import TINY
+
+from benchlib.roofline.cache import ensure_ceilings, raised, read_ceilings, remeasure_ceilings, save_ceilings
+from benchlib.roofline.ceilings import best_of, measure_watched
+from benchlib.run.record import record, refresh_roofs
+from benchlib.spec.settings import RunConfig, RunSettings
+from benchlib.store.rows import stored_rows
+
+SMALL = dict(matmul_size=256, copy_bytes=8 * 2**20, repeats=3, warmup=1)
+
+
+def _busy(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
+                                                   "while time.time() < end: pass\n"])
+
+
+def test_a_ceiling_measured_beside_a_hog_says_so():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    hog = _busy(30)
+    try:
+        time.sleep(0.3)
+        loaded = measure_watched("cpu", dtypes=["fp32"], **SMALL)
+    finally:
+        hog.kill()
+        hog.wait()
+        torch.set_num_threads(threads)
+    assert loaded.interfered is True and "other processes used" in loaded.interference
+    quiet = measure_watched("cpu", dtypes=["fp32"], **SMALL)
+    assert quiet.interfered is False
+    merged = best_of([loaded, quiet])
+    assert merged.interfered is False, "one quiet attempt makes the maximum sound"
+    assert merged.peak_flops_per_s["fp32"] == max(loaded.peak_flops_per_s["fp32"], quiet.peak_flops_per_s["fp32"])
+    assert len(merged.attempt_interference_cpu_pct) == 2
+
+
+def _low_roof(folder, interfered: bool):
+    real = measure_watched("cpu", dtypes=["fp32"], **SMALL)
+    low = dataclasses.replace(real, peak_flops_per_s={"fp32": 1e6}, bandwidth_bytes_per_s=1e6, interfered=interfered,
+                              interference="other processes used 60% of the 2 usable CPUs (threshold 10%)"
+                              if interfered else None)
+    save_ceilings(low, folder)
+    return low
+
+
+def test_a_cached_roof_taken_under_interference_is_measured_again_keeping_the_higher(tmp_path):
+    _low_roof(tmp_path, interfered=True)
+    with pytest.warns(UserWarning, match="re-measuring ceilings.*other processes used 60%"):
+        now = ensure_ceilings(tmp_path, "cpu")
+    assert now.peak_flops_per_s["fp32"] > 1e9 and now.bandwidth_bytes_per_s > 1e8
+    assert read_ceilings(next((tmp_path / "ceilings").glob("*.json"))).peak_flops_per_s["fp32"] > 1e9
+
+
+def test_remeasuring_keeps_the_higher_and_says_what_rose(tmp_path):
+    low = _low_roof(tmp_path, interfered=False)
+    now, before = remeasure_ceilings(tmp_path, "cpu")
+    assert before.peak_flops_per_s == low.peak_flops_per_s
+    assert "fp32 peak 0.0 ->" in raised(before, now) and "bandwidth" in raised(before, now)
+    again, _ = remeasure_ceilings(tmp_path, "cpu")
+    assert again.peak_flops_per_s["fp32"] >= now.peak_flops_per_s["fp32"], "a roof never comes down"
+
+
+def test_a_row_above_a_too_low_roof_measures_the_roof_again(tmp_path):
+    _low_roof(tmp_path, interfered=False)  # quiet but wrong: the cache alone would keep it
+    s = RunSettings.of(**TINY)
+    row = record(RunConfig("r", "cpu", "squeezenet1_1", 16, s), tmp_path, progress=None)
+    assert row["status"] == "ok" and row["above_roof"] is False, row["roof_fraction"]
+    assert row["roof_peak_flops_per_s"] > 1e9
+
+
+def test_rows_are_placed_again_under_a_raised_roof(tmp_path):
+    s = RunSettings.of(**TINY)
+    record(RunConfig("r", "cpu", "squeezenet1_1", 16, s), tmp_path, progress=None)
+    (stored,) = stored_rows(tmp_path)
+    higher = dataclasses.replace(read_ceilings(next((tmp_path / "ceilings").glob("*.json"))))
+    higher.peak_flops_per_s = {k: 2 * v for k, v in higher.peak_flops_per_s.items()}
+    higher.bandwidth_bytes_per_s *= 2
+    assert refresh_roofs(tmp_path, stored["machine"], torch.device("cpu"), higher) == 1
+    (after,) = stored_rows(tmp_path)
+    assert after["roof_fraction"] == pytest.approx(stored["roof_fraction"] / 2, rel=1e-6)
+    assert after["train_samples_per_s"] == stored["train_samples_per_s"], "only the roof columns change"
+    assert refresh_roofs(tmp_path, stored["machine"], torch.device("cpu"), higher) == 0
