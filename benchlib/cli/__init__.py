@@ -1,0 +1,56 @@
+"""The ``benchlib`` command: its entry point, and how an error reaches the user.
+
+Bad input gets one line on stderr naming the problem and what is allowed, exit code 2, and no
+traceback unless ``--debug``. The commands live in ``studies`` (params files run through the
+notebooks), ``single`` (one configuration, one model, one machine) and ``results`` (folders read back);
+``parser`` declares their options.
+"""
+from __future__ import annotations
+
+import errno
+import sys
+import warnings
+from collections.abc import Sequence
+
+from ..errors import BenchlibError
+from .parser import build_parser
+
+__all__ = ["build_parser", "main"]
+
+_ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.ENAMETOOLONG)
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+    return f"benchlib: warning: {message}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    warnings.formatwarning = _one_line_warning
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        return int(args.func(args))
+    except BenchlibError as exc:
+        if args.debug:
+            raise
+        print(f"benchlib: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("benchlib: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
+    except OSError as exc:  # the environment failed: a full disk, a read-only or vanished folder
+        if args.debug or exc.errno not in _ENVIRONMENT_ERRNOS:
+            raise
+        what = "disk full" if exc.errno == errno.ENOSPC else "cannot write"
+        print(f"benchlib: error: {what}: {exc.filename or ''}: {exc.strerror}; complete rows are kept: fix it and "
+              "run the same command again to resume", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The options of every ``benchlib`` command, each with its help, its default and the values it allows."""
+from __future__ import annotations
+
+import argparse
+
+from ..spec.variants import PRESETS
+from ..spec.vocab import DATASETS, HARDWARE_CHOICES, MODELS, OPTIMIZERS
+from . import results, single, studies
+
+DESCRIPTION = """\
+Profile and benchmark CNN training and inference on CPUs and GPUs: a study file runs through the
+notebooks into an HTML report; single configurations, FLOP counts and ceilings run from here.
+
+'benchlib COMMAND --help' lists a command's options, their defaults and allowed values. Bad input exits 2
+with one line saying what is allowed.
+"""
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default, except where there is none to show (unset, off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _sub(sub: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
+
+
+def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
+    p.add_argument("params", help="study params file, e.g. params/default.yaml")
+    p.add_argument("--results-root", default="results", help="results go to RESULTS_ROOT/<study>/")
+    p.add_argument("--reports-root", default="reports", help="reports go to REPORTS_ROOT/<study>/")
+    p.add_argument("--cell-timeout", type=int, default=3600, metavar="S",
+                   help="seconds a notebook cell may run before its pair is recorded as failed")
+    if fresh:
+        p.add_argument("--fresh", action="store_true",
+                       help="start over: move the study's old results and reports aside (nothing is deleted)")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--data", default="digits", help=f"data set: {', '.join(DATASETS)}")
+    p.add_argument("--data-path", dest="data_path", metavar="DIR",
+                   help="folder of a data set read from disk (cifar10, tinyimagenet, imagefolder)")
+    p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
+    p.add_argument("--batch-size", type=int, default=64, metavar="B", help="global batch size, >= 1")
+    p.add_argument("--epochs", type=int, metavar="N", help="training epochs (default: the run setting's)")
+    p.add_argument("--image-size", dest="image_size", type=int, metavar="PX", help="input side in pixels")
+    p.add_argument("--lr", type=float, help="learning rate, > 0")
+    p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--seed", type=int, help="seed of weights, data order and synthetic data")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="intra-op CPU threads (default: the CPUs this process may use)")
+    p.add_argument("--num-workers", dest="num_workers", type=int, metavar="N", help="DataLoader worker processes")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any run setting, repeatable, e.g. --set pretrained=true --set warmup_steps=10")
+    p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
+    p.add_argument("--variant", help=f"a variant preset: {', '.join(PRESETS)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = _sub(sub, "study", "run every hardware/model pair of a params file, then the summary and HTML")
+    _add_study_args(p)
+    p.add_argument("--pair", type=int, help="run only pair number PAIR (0-based; what a SLURM array task does)")
+    p.add_argument("--no-summary", action="store_true", help="skip the summary (build it later with benchlib report)")
+    p.set_defaults(func=studies.cmd_study)
+
+    p = _sub(sub, "sweep", "run a sweep study (batch sizes, threads, workers) and its sweep analysis")
+    _add_study_args(p)
+    p.set_defaults(func=studies.cmd_sweep)
+
+    p = _sub(sub, "compare", "compare optimization variants (the params file's variants:) per pair")
+    _add_study_args(p)
+    p.set_defaults(func=studies.cmd_compare)
+
+    p = _sub(sub, "tune", "one Optuna study per hardware/model pair (the params file's tune: section)")
+    _add_study_args(p, fresh=False)
+    p.set_defaults(func=studies.cmd_tune)
+
+    p = _sub(sub, "slurm", "write (and with --submit, submit) a SLURM job array: one task per pair")
+    p.add_argument("params", help="study params file, e.g. params/default.yaml")
+    p.add_argument("--time", default="02:00:00", help="time limit of each array task, HH:MM:SS")
+    p.add_argument("--cpus-per-task", type=int, default=4, metavar="N", help="CPUs of each task; its threads")
+    p.add_argument("--mem", default="16G", help="memory of each task, in SLURM's units")
+    p.add_argument("--gpus-per-task", type=int, default=0, metavar="N", help="GPUs of each task")
+    p.add_argument("--partition", help="SLURM partition (default: the cluster's default)")
+    p.add_argument("--account", help="SLURM account to charge (default: yours)")
+    p.add_argument("--out-dir", default="slurm", help="where the .sbatch script and the tasks' logs go")
+    p.add_argument("--submit", action="store_true", help="submit it with sbatch")
+    p.set_defaults(func=studies.cmd_slurm)
+
+    p = _sub(sub, "run", "measure one configuration and write its row")
+    _add_config_args(p)
+    p.add_argument("--steps", type=int, metavar="N", help="timed training steps after warmup (default: full epochs)")
+    p.add_argument("--results-dir", default="results/adhoc", help="the row goes to RESULTS_DIR/rows/")
+    p.add_argument("--no-save", action="store_true", help="print only, write no results files")
+    p.add_argument("--json", action="store_true", help="print the row as one JSON object")
+    p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                   help="data-parallel processes (DDP through torchrun; gloo on CPU, NCCL on GPUs); the batch is "
+                   "global")
+    p.set_defaults(func=single.cmd_run)
+
+    p = _sub(sub, "profile", "profile training steps of one configuration with torch.profiler")
+    _add_config_args(p)
+    p.add_argument("--wait", type=int, default=1, metavar="N", help="profiler schedule: steps skipped")
+    p.add_argument("--warmup", type=int, default=1, metavar="N", help="profiler schedule: steps traced and discarded")
+    p.add_argument("--active", type=int, default=3, metavar="N", help="profiler schedule: steps recorded, >= 1")
+    p.add_argument("--results-dir", default="results/adhoc", help="profiles go to RESULTS_DIR/profiles/")
+    p.set_defaults(func=single.cmd_profile)
+
+    p = _sub(sub, "flops", "count MACs, FLOPs (forward and training), bytes moved and intensity of a model")
+    p.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--image-size", type=int, default=224, metavar="PX", help="input side in pixels")
+    p.add_argument("--batch-size", type=int, default=1, metavar="B", help="batch the bytes are counted at")
+    p.add_argument("--num-classes", type=int, default=1000, metavar="K", help="classes of the head, >= 2")
+    p.add_argument("--dtype", choices=sorted(single.DTYPES), default="fp32", help="element size used for bytes moved")
+    p.add_argument("--layers", action="store_true", help="also print the per-layer table")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=single.cmd_flops)
+
+    p = _sub(sub, "roofline", "measure this machine's compute and bandwidth ceilings")
+    p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
+    p.add_argument("--repeats", type=int, default=5, metavar="N", help="repeats per figure, >= 3 (median kept)")
+    p.add_argument("--results-dir", help="save the ceilings under RESULTS_DIR/ceilings/ for the summary")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=single.cmd_roofline)
+
+    p = _sub(sub, "diff", "compare two results folders configuration by configuration, with intervals")
+    p.add_argument("a", help="reference results folder (a study folder or a results root), e.g. the last commit's")
+    p.add_argument("b", help="candidate results folder")
+    p.add_argument("--metric", action="append", help="metric to compare (repeatable; default: throughput, step "
+                   "time, latency, peak memory, energy, accuracy)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with a rows list")
+    p.add_argument("--ignore", action="append", metavar="SETTING",
+                   help="leave a setting out of the match, to compare what differs in it (e.g. threads, hardware)")
+    p.add_argument("--threshold", type=float, default=2.0, metavar="PCT", help="changes under PCT%% are judged same")
+    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                   help="exit 1 when B is slower (or worse) than A by more than PCT%% with an interval excluding 1")
+    p.set_defaults(func=results.cmd_diff)
+
+    p = _sub(sub, "report", "summary and HTML from existing results folders (several machines merge)")
+    p.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR", help="folders written by benchlib")
+    p.add_argument("--name", help="report name (default: the folder's name, or 'merged')")
+    p.add_argument("--reports-root", default="reports", help="the report goes to REPORTS_ROOT/NAME/")
+    p.set_defaults(func=results.cmd_report)
+
+    p = _sub(sub, "env", "print the environment manifest")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=single.cmd_env)
+    return parser

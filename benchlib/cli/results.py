@@ -1,0 +1,72 @@
+"""Commands that read results folders back: report, diff."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError
+from .jsonout import nan_to_none, plain
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..pipeline.study import summarize
+
+    dirs = [Path(d) for d in args.results_dirs]
+    for d in dirs:
+        if not (d / "rows").is_dir():
+            raise ConfigError(
+                f"results folder '{d}' has no rows/ folder; give folders written by benchlib, e.g. results/default"
+            )
+    name = args.name or (dirs[0].name if len(dirs) == 1 else "merged")
+    out = summarize(dirs, Path(args.reports_root) / name, title=f"benchlib report: {name}")
+    print(out)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from ..report import diff as d
+    from ..report.evidence import METRICS
+
+    for flag, value in (("--threshold", args.threshold), ("--fail-on-regression", args.fail_on_regression)):
+        if value is not None and not (math.isfinite(value) and 0 <= value < 100):
+            raise ConfigError(f"command line: {flag} {value}; allowed: a percentage from 0 to under 100")
+    metrics = args.metric or list(d.DEFAULT_METRICS)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ConfigError(f"command line: --metric {', '.join(unknown)}; allowed: {', '.join(METRICS)}")
+    from ..spec.settings import SETTING_RULES
+
+    ignore = args.ignore or []
+    allowed = sorted({*SETTING_RULES, "hardware", "batch_size", "world_size"} - {"seed"})
+    if bad := [n for n in ignore if n not in allowed]:
+        raise ConfigError(f"command line: --ignore {', '.join(bad)}; allowed: {', '.join(allowed)}")
+    folders = []
+    for side in (args.a, args.b):
+        try:
+            d.results_folders(Path(side))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{exc}; give folders written by benchlib, e.g. results/default") from None
+        folders.append(Path(side))
+    table = d.diff(folders[0], folders[1], metrics, threshold=args.threshold / 100, ignore=ignore)
+    worse = d.regressions(table, args.fail_on_regression) if args.fail_on_regression is not None else None
+    if args.json:
+        payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold,
+                   "fail_on_regression_pct": args.fail_on_regression,
+                   "regressions": 0 if worse is None else len(worse),
+                   "rows": [nan_to_none(plain(r)) for r in table.to_dict("records")]}
+        print(json.dumps(payload, default=str, allow_nan=False))
+    else:
+        print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate); "
+              f"95% bootstrap interval of the ratio of medians, Mann-Whitney p; same = interval holds 1 or the "
+              f"change is under {args.threshold:g}%; of = what was resampled: runs (three or more repeats a side) or "
+              "samples (the steps of one run a side: run-to-run drift not covered)")
+        print(d.as_text(table))
+    if worse is not None and not worse.empty:
+        listed = "; ".join(f"{r['configuration']} {r['metric']} {r['ratio']:.3f}x [{r['ci_low']:.3f}, "
+                           f"{r['ci_high']:.3f}]" for r in worse.to_dict("records"))
+        print(f"benchlib: {len(worse)} regression(s) over {args.fail_on_regression:g}%: {listed}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,201 @@
+"""Commands about one configuration or one model on this machine: run, profile, flops, roofline, env."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from ..errors import BenchlibError, ConfigError
+from .jsonout import finite, nan_to_none
+
+if TYPE_CHECKING:
+    from ..spec.settings import RunConfig
+
+EXIT_FAILURES = 1
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set '{item}': expected KEY=VALUE, e.g. --set lr=0.05")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set '{item}': value is not valid YAML ({exc})") from exc
+    return out
+
+
+def _config_from_args(args: argparse.Namespace) -> RunConfig:
+    """One validated configuration from ``run``/``profile`` arguments (threads applied)."""
+    from ..env.distributed import launched_world_size
+    from ..env.threads import apply_threads
+    from ..run.preflight import check_hardware, check_settings
+    from ..spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
+    from ..spec.variants import apply_variant, parse_variant
+    from ..spec.vocab import MODELS
+
+    values: dict[str, Any] = {"dataset": args.data}
+    for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if getattr(args, "steps", None) is not None:
+        values["train_steps"] = args.steps
+    values.update(_parse_set(args.set))
+    settings = settings_from_mapping(values, "command line")
+    if getattr(args, "variant", None):
+        settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))
+    if args.model not in MODELS:
+        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
+    if args.batch_size < 1:
+        raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
+    check_batch_sizes([args.batch_size], settings, "command line")
+    check_hardware([args.device], "command line", key="--device")
+    check_settings(settings, [args.model], "command line")
+    apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
+    return RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
+
+
+def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
+    """``benchlib run --nproc-per-node N``: the same command under torchrun, N processes on this node."""
+    rest = [a for i, a in enumerate(argv) if not (a.startswith("--nproc-per-node")
+                                                   or (i > 0 and argv[i - 1] == "--nproc-per-node"))]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "benchlib", *rest]
+    print(f"[benchlib] launching {nproc} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    return subprocess.run(cmd).returncode
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..env.distributed import launched_by_torchrun
+    from ..run.measure import measure
+    from ..run.record import record
+
+    if args.nproc_per_node < 1:
+        raise ConfigError(f"command line: --nproc-per-node {args.nproc_per_node}; allowed: integers >= 1")
+    if args.nproc_per_node > 1 and args.device not in ("cuda", "cpu", "auto"):
+        raise ConfigError(f"command line: --device {args.device} with --nproc-per-node {args.nproc_per_node}; "
+                          "allowed: cuda (each process takes cuda:LOCAL_RANK; CUDA_VISIBLE_DEVICES picks the GPUs) "
+                          "or cpu")
+    if args.nproc_per_node > 1 and not launched_by_torchrun():
+        return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
+    cfg = _config_from_args(args)
+    if args.no_save:
+        measured = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
+        row = measured.row if measured is not None else None
+    else:
+        row = record(cfg, Path(args.results_dir))
+    if launched_by_torchrun():
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if row is None:  # data-parallel rank > 0: rank 0 reports
+        return 0
+    if row.get("interfered"):
+        print(f"benchlib: warning: {row['run_id']} was measured while {row['interference']}: its numbers are not "
+              "trustworthy", file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps(row, default=str, allow_nan=False)
+            if finite(row)
+            else json.dumps(nan_to_none(row), default=str)
+        )
+    else:
+        for key in ("status", "error", "device_name", "train_samples_per_s", "train_step_s_median", "epoch_s",
+                    "test_accuracy", "latency_ms_p50", "batch_latency_ms_p50", "peak_rss_bytes"):
+            print(f"{key:>22}: {row.get(key)}")
+    return 0 if row["status"] == "ok" else EXIT_FAILURES
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from ..instruments.profiler import format_breakdown
+    from ..run.profile import record_profile
+
+    cfg = _config_from_args(args)
+    for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0), ("--active", args.active, 1)):
+        if value < low:
+            raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
+    result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=args.active)
+    print(format_breakdown(result.breakdown))
+    print(result.top_by_self_cpu.head(10).to_string(index=False))
+    if not result.top_by_self_device.empty:
+        print(result.top_by_self_device.head(10).to_string(index=False))
+    print(f"tables, trace and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from ..env.manifest import collect_manifest
+
+    manifest = collect_manifest()
+    if args.json:
+        print(json.dumps(manifest, default=str))
+    else:
+        for k, v in manifest.items():
+            print(f"{k:>28}: {v}")
+    return 0
+
+
+def cmd_flops(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..nets.flops import complexity, layer_table
+    from ..nets.models import build_model, smallest_image_size
+    from ..spec.vocab import MODELS
+
+    if args.model not in MODELS:
+        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
+    for flag, value, low in (("--image-size", args.image_size, 8), ("--batch-size", args.batch_size, 1),
+                             ("--num-classes", args.num_classes, 2)):
+        if value < low:
+            raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
+    smallest = smallest_image_size(args.model)
+    if args.image_size < smallest:
+        raise ConfigError(f"command line: --image-size {args.image_size}: too small for {args.model} (its layers "
+                          f"shrink it to nothing); allowed: --image-size >= {smallest} for {args.model}")
+    dtype = getattr(torch, DTYPES[args.dtype])
+    c = complexity(args.model, args.image_size, batch_size=args.batch_size, num_classes=args.num_classes, dtype=dtype)
+    if args.json:
+        print(json.dumps(c.as_dict()))
+    else:
+        for key, value in c.as_dict().items():
+            print(f"{key:>28}: {value}")
+    if args.layers:
+        table = layer_table(
+            build_model(args.model, args.num_classes), args.image_size, batch_size=args.batch_size, dtype=dtype
+        )
+        print(table.to_string(index=False), file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from ..env.devices import resolve_hardware
+    from ..roofline.cache import save_ceilings
+    from ..roofline.ceilings import measure_ceilings
+
+    try:
+        device = resolve_hardware(args.device)
+    except BenchlibError as exc:
+        raise ConfigError(f"command line: --device: {exc}") from exc
+    if args.repeats < 3:
+        raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
+    print(f"[benchlib] measuring {device} ceilings ({args.repeats} repeats per figure)", file=sys.stderr, flush=True)
+    ceilings = measure_ceilings(device, repeats=args.repeats)
+    if args.results_dir:
+        ceilings.path = str(save_ceilings(ceilings, Path(args.results_dir)))
+    if args.json:
+        print(json.dumps({**ceilings.to_json(), "path": ceilings.path}, default=str))
+    else:
+        for dtype, value in ceilings.peak_flops_per_s.items():
+            print(f"peak {dtype:>5}: {value / 1e9:10.1f} GFLOP/s")
+        print(f"bandwidth : {ceilings.bandwidth_bytes_per_s / 1e9:10.1f} GB/s (bytes read + written)")
+    return 0

@@ -1,0 +1,76 @@
+"""Commands that run a params file: study, sweep, compare, tune, slurm."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import ConfigError
+
+EXIT_FAILURES = 1
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from ..pipeline.study import run_study
+    from ..run.preflight import load_study
+
+    cfg = load_study(args.params)
+    if args.cell_timeout < 1:
+        raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
+    pair = getattr(args, "pair", None)
+    if pair is not None and not 0 <= pair < len(cfg.pairs()):
+        raise ConfigError(
+            f"command line: --pair {pair}; allowed: 0..{len(cfg.pairs()) - 1} "
+            f"({len(cfg.pairs())} pairs in {args.params})"
+        )
+    outcome = run_study(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
+                        cell_timeout_s=args.cell_timeout, fresh=args.fresh, only_pair=pair,
+                        summary=not getattr(args, "no_summary", False))
+    return 0 if outcome.ok else EXIT_FAILURES
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """A study whose grid sweeps batch sizes (list or doubling range), threads or workers, then its analysis."""
+    from ..pipeline.study import summarize
+    from ..run.preflight import load_study
+
+    code = cmd_study(args)
+
+    cfg = load_study(args.params)
+    results = Path(args.results_root).resolve() / cfg.study
+    summarize([results], Path(args.reports_root).resolve() / cfg.study, title=f"benchlib sweep: {cfg.study}",
+              notebook="sweep", cell_timeout_s=args.cell_timeout)
+    return code
+
+
+def cmd_slurm(args: argparse.Namespace) -> int:
+    from ..pipeline.slurm import SlurmResources, submit, write_script
+    from ..run.preflight import load_study
+
+    cfg = load_study(args.params, check_devices=False)  # the cluster's nodes have the devices, not this one
+    res = SlurmResources(args.time, args.cpus_per_task, args.mem, args.gpus_per_task, args.partition, args.account)
+    script = write_script(cfg, Path(args.params), res, Path(args.out_dir), workdir=Path.cwd())
+    print(script)
+    if args.submit:
+        print(submit(script))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
+    from ..run.preflight import load_study
+
+    cfg = load_study(args.params)
+    if len(cfg.variants) < 2:
+        raise ConfigError(f"{args.params}: key 'variants' lists {len(cfg.variants)} variant(s); allowed: two or more, "
+                          "e.g. [cpu-default, cpu-quantized, cpu-compiled]")
+    return cmd_study(args)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from ..pipeline.study import run_tuning
+    from ..run.preflight import load_study
+
+    cfg = load_study(args.params)
+    failed = run_tuning(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
+                        cell_timeout_s=args.cell_timeout)
+    return EXIT_FAILURES if failed else 0
