@@ -1,0 +1,130 @@
+"""Numbers as a reader sees them: human units, one rounding rule, and an en dash for what is missing.
+
+Every table, page and command line that shows a figure to a person formats it here, so a report never
+prints ``1.264e+09``, ``None`` or ``62.18190943212281`` and the same figure reads the same everywhere.
+Raw values stay in ``results.csv``; these functions only make text.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISSING = "\u2013"  # en dash: no value (the reason, where there is one, is given beside it)
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None for None, NaN, infinities, text and booleans."""
+    if value is None or isinstance(value, bool | str):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def significant(value: Any, digits: int = 3) -> str:
+    """``digits`` significant digits with thousands separators, never scientific notation: 6,515 / 10,200 / 0.0123."""
+    x = _number(value)
+    if x is None:
+        return MISSING
+    if x == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(x)))
+    rounded = round(x, digits - 1 - magnitude)
+    if rounded != 0 and math.floor(math.log10(abs(rounded))) > magnitude:  # 9.996 rounds up to 10.0
+        magnitude += 1
+    return f"{rounded:,.{max(0, digits - 1 - magnitude)}f}"
+
+
+def _scaled(value: Any, units: tuple[tuple[float, str], ...], digits: int = 3) -> str:
+    x = _number(value)
+    if x is None:
+        return MISSING
+    factor, unit = units[0]
+    for factor, unit in units:  # noqa: B007  (the last unit that fits is kept)
+        if abs(x) < factor * 1000:
+            break
+    return f"{significant(x / factor, digits)} {unit}"
+
+
+def bytes_text(value: Any) -> str:
+    """Bytes in binary units: 1.18 GiB, 512 MiB, 12 KiB, 300 B."""
+    x = _number(value)
+    if x is None:
+        return MISSING
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    i = 0
+    while abs(x) >= 1024 and i < len(units) - 1:
+        x /= 1024
+        i += 1
+    return f"{int(x)} B" if i == 0 else f"{significant(x)} {units[i]}"
+
+
+def count_text(value: Any) -> str:
+    """A count in k/M/G: 11.7 M (parameters), 1.81 G (MACs)."""
+    return _scaled(value, ((1, ""), (1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T"))).rstrip()
+
+
+def flops_text(value: Any, per_s: bool = True) -> str:
+    """FLOP or FLOP/s in SI steps: 172 GFLOP/s, 74.0 MFLOP."""
+    unit = "FLOP/s" if per_s else "FLOP"
+    return _scaled(value, tuple((f, p + unit) for f, p in
+                                ((1, ""), (1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P"))))
+
+
+def bandwidth_text(value: Any) -> str:
+    """Bytes per second in SI steps, as vendors quote bandwidth: 30.7 GB/s."""
+    return _scaled(value, ((1, "B/s"), (1e3, "kB/s"), (1e6, "MB/s"), (1e9, "GB/s"), (1e12, "TB/s")))
+
+
+def seconds_text(value: Any) -> str:
+    """A duration in the unit that reads best: 850 µs, 12.3 ms, 2.64 s, 4 min 09 s, 2 h 05 min."""
+    x = _number(value)
+    if x is None:
+        return MISSING
+    if abs(x) >= 3600:
+        hours, rest = divmod(round(x), 3600)
+        return f"{hours} h {rest // 60:02d} min"
+    if abs(x) >= 60:
+        minutes, seconds = divmod(round(x), 60)
+        return f"{minutes} min {seconds:02d} s"
+    if abs(x) >= 1:
+        return f"{significant(x)} s"
+    if abs(x) >= 1e-3:
+        return f"{significant(x * 1e3)} ms"
+    return f"{significant(x * 1e6)} \u00b5s"
+
+
+def ms_text(value_ms: Any) -> str:
+    """Milliseconds as they are stored (``*_ms`` columns), read in the unit that fits."""
+    x = _number(value_ms)
+    return MISSING if x is None else seconds_text(x / 1e3)
+
+
+def percent_text(fraction: Any, digits: int = 3) -> str:
+    """A fraction as a percentage: 0.9694 -> 96.9%."""
+    x = _number(fraction)
+    return MISSING if x is None else f"{significant(x * 100, digits)}%"
+
+
+def ratio_text(ratio: Any, low: Any = None, high: Any = None) -> str:
+    """A ratio with its interval where there is one: 1.26x [1.19, 1.33]."""
+    r = _number(ratio)
+    if r is None:
+        return MISSING
+    lo, hi = _number(low), _number(high)
+    interval = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"{r:.2f}x{interval}"
+
+
+def value_text(value: Any) -> str:
+    """Any cell: numbers by ``significant``, booleans as yes/no, missing as an en dash, text as it is."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value if value.strip() and value.lower() not in ("nan", "none", "null") else MISSING
+    x = _number(value)
+    if x is None:
+        return MISSING
+    return f"{int(x):,}" if x.is_integer() and abs(x) < 1e15 else significant(x)
