@@ -54,7 +54,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)}")
     p.add_argument("--seed", type=int, help="seed of weights, data order and synthetic data")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="intra-op CPU threads (default: the CPUs this process may use)")
+                   help="intra-op CPU threads (default: $SLURM_CPUS_PER_TASK when SLURM set it, else the CPUs "
+                   "this process may use; the row's threads_source says which)")
     p.add_argument("--num-workers", dest="num_workers", type=int, metavar="N", help="DataLoader worker processes")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any run setting, repeatable, e.g. --set pretrained=true --set warmup_steps=10")

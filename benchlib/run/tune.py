@@ -193,14 +193,8 @@ def tune_pair(base: RunConfig, space: SearchSpace, *, n_trials: int, objective: 
     check_space(space, base.settings, where)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     device = torch.device(resolve_hardware(base.hardware))
-    threads_before = torch.get_num_threads()
-    if base.settings.knobs.threads:
-        torch.set_num_threads(base.settings.knobs.threads)
-    try:
-        return _run_study(base, space, n_trials=n_trials, objective=objective, results_dir=Path(results_dir),
-                          seed=seed, pruning=pruning, epochs=epochs, device=device, where=where, say=say)
-    finally:
-        torch.set_num_threads(threads_before)
+    return _run_study(base, space, n_trials=n_trials, objective=objective, results_dir=Path(results_dir),
+                      seed=seed, pruning=pruning, epochs=epochs, device=device, where=where, say=say)
 
 
 def _run_study(base: RunConfig, space: SearchSpace, *, n_trials: int, objective: str, results_dir: Path, seed: int,
