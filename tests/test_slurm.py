@@ -188,3 +188,15 @@ def test_without_a_terminal_progress_is_plain_lines(tmp_path, monkeypatch):
     with progress.heartbeat("pair 1/2 (cpu / resnet18)", every_s=0.02, say=said.append):
         time.sleep(0.1)
     assert said and all(s.startswith("pair 1/2 (cpu / resnet18): still running after") for s in said)
+
+
+@pytest.mark.parametrize("command,args,message", [
+    ("slurm", ["--wait"], "--wait without --submit"),
+    ("slurm", ["--job", "abc"], "--job 'abc'; allowed: a SLURM job id"),
+    ("tune", ["--wait"], "--wait without SLURM workers"),
+    ("tune", ["--worker", "0", "--finish"], "--worker with --finish"),
+])
+def test_options_that_do_not_go_together(tmp_path, capsys, monkeypatch, command, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main([command, str(_tune_params(tmp_path)), *args]) == 2
+    assert message in capsys.readouterr().err

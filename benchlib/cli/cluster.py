@@ -109,13 +109,17 @@ def cmd_slurm(args: argparse.Namespace) -> int:
                               "--nodes N (a data-parallel job); a job array takes --gpus-per-task")
         name = cfg.study
         text = slurm.array_script(cfg, Path(args.params), _resources(args, gpus=args.gpus_per_task), place)
+    if args.submit and args.job:
+        raise ConfigError("command line: --submit with --job; allowed: one of them (--job waits for a job already "
+                          "submitted)")
+    if args.wait and not (args.submit or args.job):
+        raise ConfigError("command line: --wait without --submit; allowed: --submit --wait, or --job ID")
+    if args.job is not None and not args.job.isdigit():
+        raise ConfigError(f"command line: --job {args.job!r}; allowed: a SLURM job id (digits), as sbatch printed it")
     script = slurm.write_script(text, Path(args.out_dir) / f"{name}.sbatch", place)
     print(script)
     if not (args.submit or args.job):
         return 0
-    if args.submit and args.job:
-        raise ConfigError("command line: --submit with --job; allowed: one of them (--job waits for a job already "
-                          "submitted)")
     job_id = args.job or slurm_jobs.submit(script, tasks=pairs or None)
     if args.submit:
         print(f"Submitted batch job {job_id}")

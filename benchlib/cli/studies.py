@@ -63,8 +63,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
     if args.slurm is not None and args.slurm < 1:
         raise ConfigError(f"command line: --slurm {args.slurm}; allowed: integers >= 1 (workers)")
+    if args.worker is not None and args.finish:
+        raise ConfigError("command line: --worker with --finish; allowed: one of them (what two different SLURM "
+                          "jobs run)")
     cfg = load_study(args.params, check_devices=False)
     workers = args.slurm or tune_spec(cfg).workers
+    if args.wait and (workers == 1 and args.slurm is None or args.worker is not None or args.finish):
+        raise ConfigError("command line: --wait without SLURM workers; allowed: --wait with --slurm N (or the file's "
+                          "tune.workers above 1)")
     if args.worker is not None or args.finish or (args.slurm is None and workers == 1):
         cfg = load_study(args.params)  # it runs here: the devices must be here
     if args.worker is not None:
