@@ -1,7 +1,7 @@
 """A real one-node SLURM cluster for tests: munged, slurmctld and slurmd started in a temporary folder.
 
 Everything lives in that folder (config, munge key and socket, state, spool, logs, pid files) on ports of
-its own, so it touches no system SLURM. The daemons are stopped by their pid files when the block ends,
+its own, reached at 127.0.0.1 (no name service needed), so it touches no system SLURM. The daemons are stopped by their pid files when the block ends,
 also when starting them failed.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _real_memory_mb() -> int:
 
 def _config(root: Path, node: str, cpus: int, memory_mb: int) -> str:
     return f"""ClusterName=benchlib-test
-SlurmctldHost={node}
+SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 SlurmUser=root
@@ -97,7 +97,7 @@ MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
 SchedulerParameters=sched_interval=2
-NodeName={node} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
+NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 

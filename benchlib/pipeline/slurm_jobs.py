@@ -80,8 +80,11 @@ def queued(job_ids: Sequence[str]) -> dict[str, str] | None:
 
     A job SLURM has already forgotten makes squeue answer "Invalid job id": it is done.
     """
-    proc = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i %T"], capture_output=True,
-                          text=True, timeout=60)
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i %T"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
     if proc.returncode != 0:
         return {} if "invalid job id" in proc.stderr.lower() else None
     states = {}
