@@ -44,6 +44,12 @@ class DiskFull(BenchlibError):
     exit_code = 1
 
 
+class ClusterError(BenchlibError):
+    """The cluster's scheduler failed (its commands unreachable or broken): not the input's fault."""
+
+    exit_code = 1
+
+
 class MeasurementOutcome(RuntimeError):
     """A configuration produced no measurement; ``status`` is the word its row records."""
 

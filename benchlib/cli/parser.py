@@ -5,7 +5,7 @@ import argparse
 
 from ..spec.variants import PRESETS
 from ..spec.vocab import DATASETS, HARDWARE_CHOICES, MODELS, OPTIMIZERS
-from . import results, single, studies
+from . import cluster, results, single, studies
 
 DESCRIPTION = """\
 Profile and benchmark CNN training and inference on CPUs and GPUs: a study file runs through the
@@ -54,12 +54,23 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)}")
     p.add_argument("--seed", type=int, help="seed of weights, data order and synthetic data")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="intra-op CPU threads (default: the CPUs this process may use)")
+                   help="intra-op CPU threads (default: $SLURM_CPUS_PER_TASK when SLURM set it, else the CPUs "
+                   "this process may use; the row's threads_source says which)")
     p.add_argument("--num-workers", dest="num_workers", type=int, metavar="N", help="DataLoader worker processes")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any run setting, repeatable, e.g. --set pretrained=true --set warmup_steps=10")
     p.add_argument("--study", default="adhoc", help="study name the row is tagged with")
     p.add_argument("--variant", help=f"a variant preset: {', '.join(PRESETS)}")
+
+
+def _add_slurm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--time", default="02:00:00", help="time limit of each task, HH:MM:SS")
+    p.add_argument("--cpus-per-task", type=int, default=4, metavar="N", help="CPUs of each task; its threads")
+    p.add_argument("--mem", default="16G", help="memory of each task (each node with --nodes), in SLURM's units")
+    p.add_argument("--gpus-per-task", type=int, default=0, metavar="N", help="GPUs of each task")
+    p.add_argument("--partition", help="SLURM partition (default: the cluster's default)")
+    p.add_argument("--account", help="SLURM account to charge (default: yours)")
+    p.add_argument("--out-dir", default="slurm", help="where the .sbatch scripts and the tasks' logs go")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,19 +94,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(sub, "tune", "one Optuna study per hardware/model pair (the params file's tune: section)")
     _add_study_args(p, fresh=False)
+    p.add_argument("--slurm", type=int, metavar="N",
+                   help="N SLURM array tasks share each pair's study and split its trials, then one job exports "
+                   "and reports (default: the file's tune.workers; 1 runs here)")
+    p.add_argument("--wait", action="store_true", help="with --slurm: wait for the jobs and judge their tasks")
+    p.add_argument("--worker", type=int, metavar="I", help="what SLURM array task I runs: its share of the trials")
+    p.add_argument("--finish", action="store_true",
+                   help="add no trials: export each pair's best and build the tuning report (the job after workers)")
+    _add_slurm_args(p)
     p.set_defaults(func=studies.cmd_tune)
 
-    p = _sub(sub, "slurm", "write (and with --submit, submit) a SLURM job array: one task per pair")
-    p.add_argument("params", help="study params file, e.g. params/default.yaml")
-    p.add_argument("--time", default="02:00:00", help="time limit of each array task, HH:MM:SS")
-    p.add_argument("--cpus-per-task", type=int, default=4, metavar="N", help="CPUs of each task; its threads")
-    p.add_argument("--mem", default="16G", help="memory of each task, in SLURM's units")
-    p.add_argument("--gpus-per-task", type=int, default=0, metavar="N", help="GPUs of each task")
-    p.add_argument("--partition", help="SLURM partition (default: the cluster's default)")
-    p.add_argument("--account", help="SLURM account to charge (default: yours)")
-    p.add_argument("--out-dir", default="slurm", help="where the .sbatch script and the tasks' logs go")
+    p = _sub(sub, "slurm", "write (and with --submit, submit) a SLURM job array of one task per pair, or with "
+             "--nodes one data-parallel job over several nodes")
+    _add_study_args(p, fresh=False)
+    _add_slurm_args(p)
     p.add_argument("--submit", action="store_true", help="submit it with sbatch")
-    p.set_defaults(func=studies.cmd_slurm)
+    p.add_argument("--wait", action="store_true",
+                   help="after --submit: wait for the tasks, build the report, exit 1 naming any failed task")
+    p.add_argument("--job", metavar="ID", help="a job already submitted: wait for it and report (as --wait)")
+    p.add_argument("--pair", type=int, action="append", metavar="I",
+                   help="only array task I (repeatable): re-submit tasks that died; each resumes its pair")
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="one data-parallel job instead: torchrun under srun on N nodes, every configuration")
+    p.add_argument("--gpus-per-node", type=int, default=0, metavar="G", help="with --nodes: GPUs of each node")
+    p.add_argument("--nproc-per-node", type=int, metavar="P",
+                   help="with --nodes: processes per node (default: --gpus-per-node, else 1)")
+    p.set_defaults(func=cluster.cmd_slurm)
 
     p = _sub(sub, "run", "measure one configuration and write its row")
     _add_config_args(p)

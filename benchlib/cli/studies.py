@@ -42,19 +42,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return code
 
 
-def cmd_slurm(args: argparse.Namespace) -> int:
-    from ..pipeline.slurm import SlurmResources, submit, write_script
-    from ..run.preflight import load_study
-
-    cfg = load_study(args.params, check_devices=False)  # the cluster's nodes have the devices, not this one
-    res = SlurmResources(args.time, args.cpus_per_task, args.mem, args.gpus_per_task, args.partition, args.account)
-    script = write_script(cfg, Path(args.params), res, Path(args.out_dir), workdir=Path.cwd())
-    print(script)
-    if args.submit:
-        print(submit(script))
-    return 0
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
     from ..run.preflight import load_study
@@ -67,10 +54,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ..pipeline.study import run_tuning
+    """Tune here (one process per pair, through the notebook), or with N workers on SLURM (``--slurm N`` or the
+    file's ``tune.workers``); ``--worker`` and ``--finish`` are what those SLURM tasks run."""
+    from ..pipeline.tuning import run_tuning, run_worker, tune_spec
     from ..run.preflight import load_study
 
-    cfg = load_study(args.params)
-    failed = run_tuning(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
-                        cell_timeout_s=args.cell_timeout)
-    return EXIT_FAILURES if failed else 0
+    if args.cell_timeout < 1:
+        raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
+    if args.slurm is not None and args.slurm < 1:
+        raise ConfigError(f"command line: --slurm {args.slurm}; allowed: integers >= 1 (workers)")
+    if args.worker is not None and args.finish:
+        raise ConfigError("command line: --worker with --finish; allowed: one of them (what two different SLURM "
+                          "jobs run)")
+    cfg = load_study(args.params, check_devices=False)
+    workers = args.slurm or tune_spec(cfg).workers
+    if args.wait and (workers == 1 and args.slurm is None or args.worker is not None or args.finish):
+        raise ConfigError("command line: --wait without SLURM workers; allowed: --wait with --slurm N (or the file's "
+                          "tune.workers above 1)")
+    if args.worker is not None or args.finish or (args.slurm is None and workers == 1):
+        cfg = load_study(args.params)  # it runs here: the devices must be here
+    if args.worker is not None:
+        return EXIT_FAILURES if run_worker(cfg, args.worker, workers, results_root=Path(args.results_root)) else 0
+    if args.finish or workers == 1 and args.slurm is None:
+        failed = run_tuning(cfg, results_root=Path(args.results_root), reports_root=Path(args.reports_root),
+                            cell_timeout_s=args.cell_timeout, n_trials=0 if args.finish else None)
+        return EXIT_FAILURES if failed else 0
+    from .cluster import submit_tuning
+
+    return submit_tuning(args, cfg, workers)

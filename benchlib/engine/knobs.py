@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..env.devices import bf16_supported
+from ..env.threads import choose_threads
 from ..spec.knobs import Knobs
 
 _AUTOCAST_DTYPES = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
@@ -108,20 +109,24 @@ def make_grad_scaler(v: Knobs, device: torch.device) -> torch.amp.GradScaler | N
 
 @contextmanager
 def backend_flags(v: Knobs) -> Iterator[None]:
-    """Set TF32 (matmul and cuDNN) and cudnn.benchmark for the duration, then restore the previous values.
+    """Set TF32 (matmul and cuDNN), cudnn.benchmark and the intra-op threads for the duration, then restore them.
 
     ``tf32=False`` turns TF32 off for cuDNN convolutions too (torch's default allows it there), so an
-    fp32 variant is strict fp32.
+    fp32 variant is strict fp32. Threads follow :func:`~benchlib.env.threads.choose_threads` for every
+    configuration, so one that sets none does not inherit the count of the one before it.
     """
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    threads_before = torch.get_num_threads()
     torch.backends.cuda.matmul.allow_tf32 = v.tf32
     torch.backends.cudnn.allow_tf32 = v.tf32
     torch.backends.cudnn.benchmark = v.cudnn_benchmark
+    torch.set_num_threads(choose_threads(v.threads).threads)
     try:
         yield
     finally:
         (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
          torch.backends.cudnn.benchmark) = saved
+        torch.set_num_threads(threads_before)
 
 
 def apply_memory_format(model: nn.Module, v: Knobs) -> nn.Module:

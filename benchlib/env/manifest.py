@@ -15,7 +15,7 @@ import torchvision
 
 from .._version import __version__
 from .devices import available_hardware, cpu_model_name
-from .threads import usable_cpus
+from .threads import slurm_cpus, usable_cpus
 
 
 def machine_name() -> str:
@@ -84,6 +84,7 @@ def collect_manifest() -> dict[str, Any]:
         "cpu_model": cpu_model_name(),
         "cpu_count_logical": os.cpu_count(),
         "cpus_usable": usable_cpus(),
+        "slurm_cpus_per_task": slurm_cpus(),  # the CPUs SLURM gave the task (None outside SLURM)
         "torch_num_threads": torch.get_num_threads(),
         "torch_num_interop_threads": torch.get_num_interop_threads(),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),

@@ -1,14 +1,22 @@
 """CPU thread settings, applied before torch's first parallel call.
 
-The default is the number of CPUs this process may run on (``os.sched_getaffinity``: what SLURM,
-taskset or a container grants), not ``os.cpu_count()``.
+How many intra-op threads a process uses is decided, in this order, by an explicit ``threads`` setting,
+the CPUs SLURM gave the task (``SLURM_CPUS_PER_TASK``: without an affinity plugin the task may still see
+every CPU of the node), and the CPUs this process may run on (``os.sched_getaffinity``: what taskset, a
+container or SLURM's task/affinity grants), never ``os.cpu_count()``. Each row records which one decided.
 """
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
+
+# Which rule decided a process's threads (the row's ``threads_source`` column).
+THREAD_SOURCES: tuple[str, ...] = ("setting", "slurm", "affinity")
+SLURM_CPUS_ENV = "SLURM_CPUS_PER_TASK"
 
 
 def usable_cpu_ids() -> list[int]:
@@ -23,18 +31,49 @@ def usable_cpus() -> int:
     return len(usable_cpu_ids())
 
 
+def slurm_cpus(environ: Mapping[str, str] | None = None) -> int | None:
+    """The CPUs SLURM gave this task (``--cpus-per-task``), or None outside SLURM or when it was not asked."""
+    value = (os.environ if environ is None else environ).get(SLURM_CPUS_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else None
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """Intra-op threads for this process and the rule that decided them (one of :data:`THREAD_SOURCES`)."""
+
+    threads: int
+    source: str
+
+
+def choose_threads(setting: int | None = None, environ: Mapping[str, str] | None = None) -> ThreadChoice:
+    """An explicit setting, else SLURM's CPUs per task, else the affinity mask.
+
+    SLURM's and the mask's CPUs are shared among the data-parallel processes of the node (torchrun's
+    ``LOCAL_WORLD_SIZE``); an explicit setting is per process as given.
+    """
+    env = os.environ if environ is None else environ
+    if setting is not None:
+        return ThreadChoice(setting, "setting")
+    local = max(1, int(env.get("LOCAL_WORLD_SIZE", "1") or 1))
+    granted = slurm_cpus(env)
+    if granted is not None:
+        return ThreadChoice(max(1, granted // local), "slurm")
+    return ThreadChoice(max(1, usable_cpus() // local), "affinity")
+
+
 def default_threads() -> int:
-    """Threads per process: the usable CPUs shared among the data-parallel processes of this node."""
-    return max(1, usable_cpus() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    """Threads per process when no setting names them: SLURM's CPUs per task, else the affinity mask."""
+    return choose_threads(None).threads
 
 
 def apply_threads(intra_op: int | None = None, inter_op: int | None = None) -> tuple[int, int]:
     """Set torch's intra- and inter-op thread counts and the OpenMP/MKL environment for children.
 
-    Call first thing in a process or kernel: inter-op threads cannot change once parallel work ran;
-    then the value in force is kept and a warning says so. Returns (intra_op, inter_op) in force.
+    ``intra_op`` None follows :func:`choose_threads`. Call first thing in a process or kernel: inter-op
+    threads cannot change once parallel work ran; then the value in force is kept and a warning says so.
+    Returns (intra_op, inter_op) in force.
     """
-    intra = intra_op or default_threads()
+    intra = choose_threads(intra_op).threads
     os.environ["OMP_NUM_THREADS"] = str(intra)
     os.environ["MKL_NUM_THREADS"] = str(intra)
     torch.set_num_threads(intra)

@@ -32,10 +32,10 @@ from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
 from ..store.atomic import atomic_write_text, remove_stale_temp_files
-from ..store.layout import ReportLayout, StudyPaths, pair_notebook_name, tuned_params_dir
+from ..store.layout import ReportLayout, StudyPaths, pair_notebook_name
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
-from . import publish
+from . import progress, publish
 
 # Errors of a pair notebook that end the pair, not the study: a raising cell, a dead kernel, a timeout.
 PAIR_FAILURES = (PapermillExecutionError, RuntimeError, TimeoutError)
@@ -54,8 +54,15 @@ class StudyOutcome:
         return self.pairs_failed == 0 and self.configs_failed == 0 and self.profiles_failed == 0
 
 
-def _log(msg: str) -> None:
-    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+_log = progress.log
+
+
+def execute(notebook: Path, out: Path, params: dict[str, Any], *, cwd: Path, cell_timeout_s: int | None,
+            label: str) -> None:
+    """One notebook through papermill: its bar at a terminal, else a plain line a minute (``label``)."""
+    with progress.heartbeat(label):
+        publish.execute(notebook, out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
+                        progress=progress.interactive())
 
 
 def move_aside(paths: StudyPaths, keep: tuple[Path, ...] = ()) -> list[Path]:
@@ -73,10 +80,10 @@ def move_aside(paths: StudyPaths, keep: tuple[Path, ...] = ()) -> list[Path]:
     return moved
 
 
-_GRID_ONLY = ("sweep", "repeats", "resume", "variants", "interleave")  # the benchmark notebook's alone
+GRID_ONLY = ("sweep", "repeats", "resume", "variants", "interleave")  # the benchmark notebook's alone
 
 
-def _pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict[str, Any]:
+def pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict[str, Any]:
     return {"study": cfg.study, "hardware": hardware, "model": model, "batch_sizes": list(cfg.batch_sizes),
             "sweep": {k: list(v) for k, v in cfg.sweep}, "repeats": cfg.repeats, "resume": True,
             "interleave": cfg.interleave,
@@ -146,9 +153,8 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
         t0 = time.perf_counter()
         run += 1
         try:
-            publish.execute(
-                bench, out, _pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s
-            )
+            execute(bench, out, pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s,
+                    label=f"pair {i}/{len(pairs)} ({hardware} / {model})")
         except PAIR_FAILURES as exc:
             if getattr(exc, "ename", "") == "DiskFull":  # the kernel ran out of disk: stop, say how to resume
                 raise DiskFull(str(getattr(exc, "evalue", exc))) from exc
@@ -173,7 +179,8 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
                   cell_timeout_s=cell_timeout_s)
     rows = read_results([paths.results.root])
     mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
-    configs_failed = int((mine["status"] == "failed").sum())
+    ran = {c.run_id for h, m in pairs for c in cfg.configs(h, m)}  # an array task answers for its own pair only
+    configs_failed = int(((mine["status"] == "failed") & mine["run_id"].isin(ran)).sum())
     rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
     atomic_write_text(paths.results.run_rules_path, json.dumps(
         {"study": cfg.study, "params": cfg.source, "interleave": cfg.interleave, **rules}, indent=1, default=str))
@@ -193,11 +200,12 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
         return True
     _log(f"profile {hardware} / {model} (batch {run.batch_size})")
     out = paths.reports.profiles_dir / pair_notebook_name(hardware, model)
-    params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
-              if k not in ("batch_sizes", *_GRID_ONLY)}
+    params = {k: v for k, v in pair_params(cfg, hardware, model, paths).items()
+              if k not in ("batch_sizes", *GRID_ONLY)}
     params["batch_size"] = run.batch_size
     try:
-        publish.execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
+        execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
+                label=f"profile {hardware} / {model}")
         return True
     except PAIR_FAILURES as exc:
         _log(f"profile {hardware} / {model} failed: {error_text(exc)}")
@@ -222,44 +230,10 @@ def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Pa
               "figures_dir": str(report.figures_dir.resolve()), "title": title}
     _log(f"{notebook} of {len(results_dirs)} results folder(s) -> {out}")
     try:
-        publish.execute(publish.notebooks_dir() / f"{notebook}.ipynb", out, params, cwd=(cwd or Path.cwd()),
-                        cell_timeout_s=cell_timeout_s)
+        execute(publish.notebooks_dir() / f"{notebook}.ipynb", out, params, cwd=(cwd or Path.cwd()),
+                cell_timeout_s=cell_timeout_s, label=notebook)
     finally:
         if out.exists():
             publish.render_html(out)
         publish.write_index(report.reports_root)
     return out.with_suffix(".html")
-
-
-def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
-               cell_timeout_s: int | None = 3600, cwd: Path | None = None) -> int:
-    """One Optuna study per pair through the tune notebook; returns the number of pairs that failed."""
-    if cfg.tune is None:
-        raise ConfigError(f"{cfg.source}: key 'tune' is missing; allowed: a mapping with search_space "
-                          "(and n_trials, objective, pruning, epochs_per_trial, seed)")
-    cwd = (cwd or Path.cwd()).resolve()
-    paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
-    paths.results.root.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    for i, (hardware, model) in enumerate(cfg.pairs(), 1):
-        _log(f"tuning pair {i}/{len(cfg.pairs())}: {hardware} / {model} ({cfg.tune.n_trials} trial(s), "
-             f"{cfg.tune.objective})")
-        params = {k: v for k, v in _pair_params(cfg, hardware, model, paths).items()
-                  if k not in _GRID_ONLY}
-        params.update(cfg.tune.as_params())
-        out = paths.reports.tune_dir / pair_notebook_name(hardware, model)
-        try:
-            publish.execute(publish.notebooks_dir() / "tune.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s)
-        except PAIR_FAILURES as exc:
-            failed += 1
-            _log(f"tuning {hardware} / {model} failed: {error_text(exc)}")
-        finally:
-            if out.exists():
-                publish.render_html(out)
-    publish.write_index(paths.reports.reports_root)
-    tuned_dir = tuned_params_dir(results_root.resolve())
-    for exported in paths.results.tuned_exports():
-        tuned_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(exported, tuned_dir / exported.name)
-        _log(f"{exported.name} copied to {tuned_dir}: the *-tuned variants read it from there")
-    return failed

@@ -12,25 +12,25 @@ from optuna.trial import TrialState
 
 from ..store.atomic import safe_name
 from ..store.layout import ResultsLayout
+from ..store.tuning_storage import has_studies, open_storage
 
 ProgressFn = Callable[[str], None]
 
 
 def _open_study(results_dir: str | Path, study_name: str) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    layout = ResultsLayout.of(results_dir)
-    if not layout.tuning_storage.is_file():
-        raise FileNotFoundError(f"no tuning studies in '{results_dir}': {layout.tuning_storage} does not exist")
-    return optuna.load_study(study_name=study_name, storage=layout.tuning_storage_url)
+    if not has_studies(results_dir):
+        raise FileNotFoundError(f"no tuning studies in '{results_dir}': "
+                                f"{ResultsLayout.of(results_dir).tuning_storage} does not exist")
+    return optuna.load_study(study_name=study_name, storage=open_storage(results_dir))
 
 
 def list_studies(results_dir: str | Path) -> list[str]:
     """Names of the studies stored under ``results_dir`` (none when nothing was tuned there)."""
-    layout = ResultsLayout.of(results_dir)
-    if not layout.tuning_storage.is_file():
+    if not has_studies(results_dir):
         return []
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return sorted(optuna.get_all_study_names(layout.tuning_storage_url))
+    return sorted(optuna.get_all_study_names(open_storage(results_dir)))
 
 
 def _metric_names(study: optuna.Study) -> list[str]:

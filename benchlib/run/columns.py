@@ -14,6 +14,7 @@ import torch
 
 from .._version import __version__
 from ..engine.train import TrainResult
+from ..env.threads import choose_threads
 from ..instruments.energy import EnergyResult, per_sample
 from ..instruments.memory import MemoryReport
 from ..instruments.timing import Samples
@@ -39,12 +40,14 @@ def base_row(cfg: RunConfig, machine: str) -> Row:
     s = cfg.settings
     k = s.knobs
     cuda = cfg.hardware.startswith("cuda")  # TF32 and cuDNN flags act on CUDA only: recorded as in effect
+    threads = choose_threads(k.threads)  # what the configuration runs with (engine.knobs.backend_flags sets it)
     row: Row = {
         "study": cfg.study, "run_id": cfg.run_id, "settings_digest": settings_digest(s),
         "settings_json": json.dumps(s.flat(), sort_keys=True), "machine": machine, "hardware": cfg.hardware,
         "device_name": None, "model": cfg.model, "dataset": s.dataset, "image_size": s.image_size,
         "batch_size": cfg.batch_size, "variant": s.variant, "precision": k.precision,
-        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "threads": threads.threads, "threads_source": threads.source,
+        "interop_threads": torch.get_num_interop_threads(),
         "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
         "benchlib_version": __version__, "started_utc": now_utc(),
         "optimizer": s.optimizer, "lr": s.lr, "epochs": s.epochs, "pretrained": s.pretrained,

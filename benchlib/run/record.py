@@ -57,8 +57,6 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
     mid = manifest_id(manifest)
     if main_rank:
         write_manifest(layout, manifest, mid)
-    if cfg.settings.knobs.threads:
-        torch.set_num_threads(cfg.settings.knobs.threads)
     try:
         ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware)) if main_rank else None
         measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, weights=weights)

@@ -6,9 +6,10 @@ applied), evaluates test accuracy after every epoch and reports it, so a median 
 hopeless trial early. Objectives: final test ``accuracy``, training ``throughput`` (samples/s over timed
 steps, warmup excluded, as in the benchmark), or ``both`` (maximized together; the result is a Pareto front).
 
-Studies live in one SQLite file (:attr:`ResultsLayout.tuning_storage`); running the same pair again
-continues its study. The best trial is exported to ``tuning/<cpu|gpu>-tuned.yaml``, the file the
-``cpu-tuned`` / ``gpu-tuned`` variants read.
+Studies live in one storage file per results folder (:mod:`benchlib.store.tuning_storage`: SQLite for
+one process, a journal file once parallel workers share the studies); running the same pair again
+continues its study, and workers on a cluster each add their share of trials to the same one. The best
+trial is exported to ``tuning/<cpu|gpu>-tuned.yaml``, the file the ``cpu-tuned`` / ``gpu-tuned`` variants read.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from ..spec.settings import RunConfig, RunSettings
 from ..spec.tune import OBJECTIVE_METRICS, OBJECTIVES, SearchSpace, check_space, default_params
 from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
+from ..store.tuning_storage import open_storage
 from .outcome import error_text, failure_status
 
 ProgressFn = Callable[[str], None]
@@ -160,22 +162,32 @@ def _export(path: Path, trial: FrozenTrial, base: RunConfig, space: SearchSpace,
     return path
 
 
+def trial_share(n_trials: int, workers: int, worker: int) -> int:
+    """Trials worker ``worker`` of ``workers`` adds: ``n_trials`` split as evenly as whole trials allow."""
+    return n_trials // workers + (1 if worker < n_trials % workers else 0)
+
+
 def tune_pair(base: RunConfig, space: SearchSpace, *, n_trials: int, objective: str, results_dir: str | Path,
               seed: int = 0, pruning: bool = True, epochs_per_trial: int | None = None,
-              progress: ProgressFn | None = None) -> TuneOutcome:
+              progress: ProgressFn | None = None, worker: int | None = None, workers: int = 1) -> TuneOutcome:
     """Run ``n_trials`` more trials of the pair's study (created on first use) and export its best trial.
 
     Args:
         base: the pair and the run settings every trial starts from (``epochs`` unless ``epochs_per_trial``).
         space: what to search.
-        n_trials: trials to add in this call; a study that already exists keeps its trials.
+        n_trials: trials to add in this call (0: none, only export the best of those stored); a study
+            that already exists keeps its trials.
         objective: ``accuracy``, ``throughput`` or ``both`` (Pareto front of the two).
-        results_dir: the study's results folder; the SQLite file and the export go under ``tuning/``.
+        results_dir: the study's results folder; the storage and the export go under ``tuning/``.
         seed: seed of the TPE sampler (offset by the trials already in the study so a continued study
-            does not repeat its first suggestions).
+            does not repeat its first suggestions, and by the worker so workers do not repeat each other's).
         pruning: stop trials whose per-epoch figure falls below the median (single objective only).
         epochs_per_trial: epochs each trial trains (default: ``base.settings.epochs``).
         progress: receives one line per event.
+        worker: this process is worker ``worker`` (0-based) of ``workers`` that share the study at once:
+            it adds its trials and exports nothing (the run after them all does, with ``n_trials=0``).
+            Only worker 0 queues the default trial, so it runs once. ``None``: the only process on the
+            study; trials a dead worker left running are marked failed, and the best is exported.
 
     Raises:
         ConfigError: bad objective, empty or impossible search space, or a study of this name that
@@ -185,53 +197,83 @@ def tune_pair(base: RunConfig, space: SearchSpace, *, n_trials: int, objective: 
     where = f"tuning {base.hardware}/{base.model}"
     if objective not in OBJECTIVES:
         raise ConfigError(f"{where}: key 'objective' is {objective!r}; allowed: one of: {', '.join(OBJECTIVES)}")
-    if n_trials < 1:
-        raise ConfigError(f"{where}: key 'n_trials' is {n_trials!r}; allowed: an integer >= 1")
+    if n_trials < 0:
+        raise ConfigError(f"{where}: key 'n_trials' is {n_trials!r}; allowed: an integer >= 0")
     epochs = base.settings.epochs if epochs_per_trial is None else epochs_per_trial
     if epochs < 1:
         raise ConfigError(f"{where}: key 'epochs_per_trial' is {epochs!r}; allowed: an integer >= 1")
     check_space(space, base.settings, where)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     device = torch.device(resolve_hardware(base.hardware))
-    threads_before = torch.get_num_threads()
-    if base.settings.knobs.threads:
-        torch.set_num_threads(base.settings.knobs.threads)
-    try:
-        return _run_study(base, space, n_trials=n_trials, objective=objective, results_dir=Path(results_dir),
-                          seed=seed, pruning=pruning, epochs=epochs, device=device, where=where, say=say)
-    finally:
-        torch.set_num_threads(threads_before)
+    study = _open(base, space, objective=objective, results_dir=Path(results_dir), pruning=pruning, where=where,
+                  parallel=workers > 1, queue_default=n_trials > 0 and (worker or 0) == 0, say=say)
+    n_before = len(study.trials)
+    if worker is None:
+        _fail_abandoned(study, say)
+    if n_trials:
+        liar = workers > 1  # parallel TPE: pending trials count as poor, so workers spread out
+        study.sampler = optuna.samplers.TPESampler(seed=seed + n_before + _WORKER_SEED_STRIDE * (worker or 0),
+                                                   constant_liar=liar)
+        who = f"worker {worker} of {workers}, " if worker is not None else ""
+        say(f"{study.study_name}: {who}{n_before} trial(s) stored; adding {n_trials} ({objective}, {epochs} "
+            f"epoch(s) each, {'median pruning' if _prunes(pruning, objective) else 'no pruning'}) in "
+            f"{ResultsLayout.of(results_dir).tuning_storage}")
+        _optimize(study, base, space, n_trials=n_trials, objective=objective, epochs=epochs, device=device, say=say)
+    return _outcome(study, base, space, objective, Path(results_dir), device, say, export=worker is None)
 
 
-def _run_study(base: RunConfig, space: SearchSpace, *, n_trials: int, objective: str, results_dir: Path, seed: int,
-               pruning: bool, epochs: int, device: torch.device, where: str, say: ProgressFn) -> TuneOutcome:
+_WORKER_SEED_STRIDE = 1009  # worker w samples with seed + 1009 w: no two workers draw the same start points
+
+
+def _prunes(pruning: bool, objective: str) -> bool:
+    return pruning and len(OBJECTIVE_METRICS[objective]) == 1
+
+
+def _open(base: RunConfig, space: SearchSpace, *, objective: str, results_dir: Path, pruning: bool, where: str,
+          parallel: bool, queue_default: bool, say: ProgressFn) -> optuna.Study:
+    """The pair's study, created on first use with its objective recorded.
+
+    With ``queue_default`` the default trial is queued unless the study has one (queued, run or running):
+    of parallel workers only one may queue it, or two would run it.
+    """
     name = study_name_for(base)
-    layout = ResultsLayout.of(results_dir)
-    path = layout.tuning_storage
-    path.parent.mkdir(parents=True, exist_ok=True)
     metrics = OBJECTIVE_METRICS[objective]
-    multi = len(metrics) > 1
-    use_pruner = pruning and not multi
-    if pruning and multi:
+    if pruning and len(metrics) > 1:
         say(f"{name}: pruning is off: Optuna cannot prune multi-objective studies (objective 'both')")
-    pruner = median_pruner() if use_pruner else optuna.pruners.NopPruner()
-    study = optuna.create_study(storage=layout.tuning_storage_url, study_name=name, load_if_exists=True,
-                                pruner=pruner, directions=["maximize"] * len(metrics))
+    pruner = median_pruner() if _prunes(pruning, objective) else optuna.pruners.NopPruner()
+    ResultsLayout.of(results_dir).tuning_dir.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(results_dir, parallel=parallel)
+    study = optuna.create_study(storage=storage, study_name=name, load_if_exists=True, pruner=pruner,
+                                directions=["maximize"] * len(metrics))
     known = study.user_attrs.get("objective")
     if known is not None and known != objective:
-        raise ConfigError(f"{where}: study '{name}' in {path} optimizes '{known}', not '{objective}'; allowed: "
-                          f"objective '{known}' to continue it, or another results folder for a new study")
+        raise ConfigError(f"{where}: study '{name}' in {ResultsLayout.of(results_dir).tuning_storage} optimizes "
+                          f"'{known}', not '{objective}'; allowed: objective '{known}' to continue it, or another "
+                          "results folder for a new study")
     if known is None:
         study.set_user_attr("objective", objective)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(metrics))
-    n_before = len(study.trials)
-    study.sampler = optuna.samplers.TPESampler(seed=seed + n_before)
-    if n_before == 0:
+    has_default = any(t.user_attrs.get("default") for t in study.get_trials(deepcopy=False))
+    if queue_default and not has_default:
         study.enqueue_trial(default_params(space, base), user_attrs={"default": True})
-    say(f"{name}: {'continuing with' if n_before else 'new study,'} {n_before} trial(s) stored; adding {n_trials} "
-        f"({objective}, {epochs} epoch(s) each, {'median pruning' if use_pruner else 'no pruning'}) in {path}")
+    return study
+
+
+def _fail_abandoned(study: optuna.Study, say: ProgressFn) -> None:
+    """Mark trials still ``RUNNING`` as failed: with no other process on the study, their worker died."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(t.number, state=TrialState.FAIL)
+        say(f"{study.study_name}: trial {t.number} was left running by a worker that ended without finishing it "
+            "(killed, preempted or out of time): marked failed")
+
+
+def _optimize(study: optuna.Study, base: RunConfig, space: SearchSpace, *, n_trials: int, objective: str,
+              epochs: int, device: torch.device, say: ProgressFn) -> None:
+    name = study.study_name
+    metrics = OBJECTIVE_METRICS[objective]
+    multi = len(metrics) > 1
 
     def run_trial(trial: optuna.Trial) -> float | tuple[float, ...]:
         batch, settings = _suggest(trial, space, base)
@@ -280,16 +322,24 @@ def _run_study(base: RunConfig, space: SearchSpace, *, n_trials: int, objective:
 
     study.optimize(run_trial, n_trials=n_trials, catch=TRIAL_FAILURES, callbacks=[after_trial], gc_after_trial=False)
 
+
+def _outcome(study: optuna.Study, base: RunConfig, space: SearchSpace, objective: str, results_dir: Path,
+             device: torch.device, say: ProgressFn, *, export: bool) -> TuneOutcome:
+    """The study's counts and best trial(s); with ``export``, the best written as the ``*-tuned`` params."""
+    name = study.study_name
+    metrics = OBJECTIVE_METRICS[objective]
+    layout = ResultsLayout.of(results_dir)
     trials = study.get_trials(deepcopy=False)
     best = _best_trials(study)
     exported = None
-    if best:
-        exported = _export(layout.tuned_export(hardware_kind(device)), best[0], base, space, metrics, name, path)
+    if best and export:
+        exported = _export(layout.tuned_export(hardware_kind(device)), best[0], base, space, metrics, name,
+                           layout.tuning_storage)
         say(f"{name}: best trial {best[0].number} {dict(zip(metrics, best[0].values))} exported to {exported}")
-    else:
+    elif export:
         say(f"{name}: no trial completed: nothing exported")
     return TuneOutcome(
-        study_name=name, storage_path=path, n_trials_total=len(trials),
+        study_name=name, storage_path=layout.tuning_storage, n_trials_total=len(trials),
         n_complete=sum(t.state == TrialState.COMPLETE for t in trials),
         n_pruned=sum(t.state == TrialState.PRUNED for t in trials),
         best=[_trial_summary(t) for t in best], exported_path=exported,

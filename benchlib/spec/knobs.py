@@ -26,8 +26,9 @@ class Knobs:
     quantization: str = setting("none", "post-training quantization for CPU inference, on the trained fp32 weights",
                                 choices=QUANTIZATIONS)
     cudnn_benchmark: bool = setting(False, "cuDNN autotuning of convolution algorithms")
-    threads: int | None = setting(None, "torch intra-op threads (default: the CPUs this process may use)",
-                                  min=1, max=1024)
+    threads: int | None = setting(
+        None, "torch intra-op threads (default: $SLURM_CPUS_PER_TASK, else the CPUs this process may use)",
+        min=1, max=1024)
     interop_threads: int | None = setting(None, "torch inter-op threads", min=1, max=1024)
 
     @property

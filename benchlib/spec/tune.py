@@ -157,6 +157,8 @@ _TUNE_RULES: dict[str, Rule] = {
     "pruning": Rule(bool, False, "median pruning on per-epoch figures (single objective)"),
     "epochs_per_trial": Rule(int, True, "epochs each trial trains (default: epochs)", min=1),
     "seed": Rule(int, False, "seed of the TPE sampler", min=0),
+    "workers": Rule(int, False, "SLURM array tasks that share each pair's study, splitting its trials (more than "
+                    "1: benchlib tune submits them)", min=1, max=1000),
 }
 _TUNE_KEYS = (*_TUNE_RULES, "search_space")
 
@@ -171,6 +173,7 @@ class TuneSpec:
     pruning: bool = True
     epochs_per_trial: int | None = None
     seed: int = 0
+    workers: int = 1
 
     def as_params(self) -> dict[str, Any]:
         """Plain values for the tune notebook's parameters."""

@@ -9,7 +9,9 @@ A results folder (``results/<study>/``)::
     ceilings/<machine>__<device>.json      the measured roofline ceilings of one device
     weights/<machine>__<model>__<key>.pt   trained weights shared with inference-only variants
     profiles/<machine>__<run_id>/          torch.profiler tables, trace.json, tensorboard/, profile.json
-    tuning/optuna.sqlite3                  Optuna studies of ``benchlib tune``; tuning/<cpu|gpu>-tuned.yaml
+    tuning/optuna.sqlite3                  Optuna studies of ``benchlib tune`` in one process, or
+    tuning/optuna.journal                  once parallel workers shared them (then the studies live here);
+                                           tuning/<cpu|gpu>-tuned.yaml
     superseded/<stamp>/rows|samples|telemetry/
                                            rows measured with settings the study no longer has
     results.csv                            every row of the folder, rebuilt from rows/
@@ -114,13 +116,24 @@ class ResultsLayout:
         return self.root / "tuning"
 
     @property
-    def tuning_storage(self) -> Path:
+    def tuning_sqlite(self) -> Path:
+        """The Optuna storage of studies tuned in one process."""
         return self.tuning_dir / "optuna.sqlite3"
 
     @property
+    def tuning_journal(self) -> Path:
+        """The Optuna journal file that parallel workers share (SQLite locks up under concurrent writers)."""
+        return self.tuning_dir / "optuna.journal"
+
+    @property
+    def tuning_storage(self) -> Path:
+        """The storage file in use: the journal once parallel workers have used it, else the SQLite file."""
+        return self.tuning_journal if self.tuning_journal.is_file() else self.tuning_sqlite
+
+    @property
     def tuning_storage_url(self) -> str:
-        """The SQLAlchemy URL of the Optuna storage (an absolute path: papermill kernels run elsewhere)."""
-        return f"sqlite:///{self.tuning_storage.resolve()}"
+        """The SQLAlchemy URL of the SQLite storage (an absolute path: papermill kernels run elsewhere)."""
+        return f"sqlite:///{self.tuning_sqlite.resolve()}"
 
     def tuned_export(self, kind: str) -> Path:
         """Where a tuning study exports its best trial (``kind``: cpu or gpu)."""

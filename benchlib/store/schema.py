@@ -70,6 +70,9 @@ IDENTITY = _group(
     ("variant", "", "name of the optimization variant"),
     ("precision", "", "fp32, amp_fp16 or amp_bf16"),
     ("threads", "", "torch intra-op threads in force"),
+    ("threads_source", "", "what decided the threads, first that applies: setting (an explicit threads "
+                           "setting), slurm (SLURM_CPUS_PER_TASK, the CPUs SLURM gave the task), affinity "
+                           "(the CPUs the process may run on)"),
     ("interop_threads", "", "torch inter-op threads in force"),
     ("seed", "", "random seed of weights, data order and subsets"),
     ("world_size", "processes", "data-parallel processes (1 without torchrun)"),
