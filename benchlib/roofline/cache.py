@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -89,17 +89,20 @@ def _save(ceilings: Ceilings, results_dir: str | Path) -> Ceilings:
     return ceilings
 
 
-def ensure_ceilings(results_dir: str | Path, device: str | torch.device) -> Ceilings:
+def ensure_ceilings(results_dir: str | Path, device: str | torch.device,
+                    progress: Callable[[str], None] | None = None) -> Ceilings:
     """This machine's ceilings for ``device`` from ``results_dir``, measured and saved when missing or stale.
 
     Cached ceilings measured while other work interfered are measured again, keeping the higher of each
-    figure (a roof is a maximum: a busy machine only ever lowers it).
+    figure (a roof is a maximum: a busy machine only ever lowers it). ``progress`` hears when they are measured.
     """
     dev = _resolve_device(device)
     path = ResultsLayout.of(results_dir).ceilings_path(machine_name(), str(dev))
     cached = _cached(path, dev)
     if cached is not None and not cached.interfered:
         return cached
+    if progress:
+        progress(f"measuring the roofline ceilings of {dev} (matmul per dtype, copy bandwidth)")
     if cached is not None:
         warnings.warn(f"re-measuring ceilings in {path}: {cached.interference}", stacklevel=2)
         return _save(best_of([cached, measure_ceilings_robust(dev)]), results_dir)
