@@ -123,7 +123,7 @@ def raised(before: Ceilings | None, after: Ceilings) -> str | None:
     """What a re-measurement raised (e.g. "fp32 peak 46.8 -> 184.9 GFLOP/s"), or None when nothing rose."""
     if before is None:
         return None
-    parts = [f"{d} peak {before.peak_flops_per_s[d] / 1e9:.1f} -> {v / 1e9:.1f} GFLOP/s"
+    parts = [f"{d} peak {before.peak_flops_per_s.get(d, 0.0) / 1e9:.1f} -> {v / 1e9:.1f} GFLOP/s"
              for d, v in after.peak_flops_per_s.items() if v > before.peak_flops_per_s.get(d, 0.0)]
     if after.bandwidth_bytes_per_s > before.bandwidth_bytes_per_s:
         parts.append(f"bandwidth {before.bandwidth_bytes_per_s / 1e9:.1f} -> "
