@@ -113,3 +113,14 @@ def test_progress_rewrites_one_status_line_on_a_terminal_and_writes_plain_lines_
         p.heartbeat(f"step {step}")
     p.line("done")
     assert log.getvalue() == "[benchlib] step 0\n[benchlib] done\n", "a log gets a heartbeat every 30 s at most"
+
+
+def test_profile_prints_its_tables_in_human_units(capsys, tmp_path):
+    code = main(["profile", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "8",
+                 "--set", "train_subset=64", "--set", "test_subset=32", "--active", "2",
+                 "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"compute +[\d.,]+ (µs|ms|s) +[\d.,]+%", out), out
+    assert "self CPU time" in out and "device" not in out.split("tables, trace.json")[0], "no device columns on a CPU"
+    assert not re.search(r"\d{5,} us|\d\.\d{5,}|e[+-]\d", out), "three significant digits, no raw microseconds"

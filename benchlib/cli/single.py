@@ -148,7 +148,7 @@ def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from ..instruments.profiler import format_breakdown
+    from ..report import pages
     from ..run.profile import record_profile
 
     cfg = _config_from_args(args)
@@ -156,11 +156,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if value < low:
             raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
     result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=args.active)
-    print(format_breakdown(result.breakdown))
-    print(result.top_by_self_cpu.head(10).to_string(index=False))
+    device = not result.top_by_self_device.empty or cfg.hardware.startswith("cuda")
+    print(pages.breakdown(result, device=device).drop(columns="what it covers").to_string(index=False))
+    print()
+    print(pages.operators(result.top_by_self_cpu.head(10), device=device).to_string(index=False))
     if not result.top_by_self_device.empty:
-        print(result.top_by_self_device.head(10).to_string(index=False))
-    print(f"tables, trace and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
+        print()
+        print(pages.operators(result.top_by_self_device.head(10), device=True).to_string(index=False))
+    print(f"\ntables, trace.json and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
     return 0
 
 
