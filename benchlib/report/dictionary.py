@@ -54,7 +54,7 @@ def columns_markdown() -> str:
         "has one (`_s`, `_ms`, `_bytes`, `_flops`, `_j`, `_w`, `_pct`); an empty cell means not measured "
         "or not applicable, with the reason in a column beside it where there is one (`error`, "
         "`telemetry_missing`, `*_energy_unmeasurable`), never a 0. How each figure is measured: "
-        "[measurement.md](measurement.md).",
+        "[how benchlib measures](measurement.md).",
         "",
         "Statuses (`status`):",
         "",

@@ -24,7 +24,9 @@ STYLE = ("body{font-family:system-ui,sans-serif;max-width:72em;margin:1.5em auto
          "table{border-collapse:collapse;margin:.5em 0}th,td{border-bottom:1px solid #ddd;padding:.25em .6em;"
          "text-align:left;vertical-align:top}td.num{text-align:right;font-variant-numeric:tabular-nums}"
          "section{border-top:1px solid #ccc;margin-top:2em}code{background:#f4f4f4;padding:0 .2em}"
-         ".note{color:#555;font-size:.92em}.description{font-size:1.05em}")
+         ".note{color:#555;font-size:.92em}.description{font-size:1.05em}"
+         "a.anchor-link{visibility:hidden;text-decoration:none;margin-left:.3em}"
+         "h1:hover a.anchor-link,h2:hover a.anchor-link,h3:hover a.anchor-link{visibility:visible}")
 NAV_STYLE = ("nav.benchlib-nav{font-family:system-ui,sans-serif;font-size:14px;padding:.5em 1em;"
              "border-bottom:1px solid #ddd;background:#fafafa}nav.benchlib-nav a,nav.benchlib-nav .here"
              "{margin-right:1.2em}")
@@ -248,7 +250,7 @@ def study_section(folder: Path, reports_root: Path) -> str | None:
     return (f'<section id="study-{html.escape(study.name)}"><h2>{html.escape(study.name)}</h2>'
             + (f'<p class="description">{html.escape(description)}</p>' if description else "")
             + _summary_line(study.rows) + settings_line(study.rows)
-            + "<h3>Headline numbers</h3>" + headline_table(study.rows)
+            + ("<h3>Headline numbers</h3>" + headline_table(study.rows) if not study.rows.empty else "")
             + f"<h3>Pages</h3><ul>{''.join(links)}</ul>" + pages + _data_list(report, reports_root)
             + (f"<details><summary>Figures ({len(figures)})</summary><ul>{fig_items}</ul></details>"
                if figures else "")
