@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STUDY ?= params/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: install report test lint clean-reports
+.PHONY: install report screenshots test lint clean-reports
 
 install: $(VENV)/.benchlib-installed
 
@@ -22,6 +22,10 @@ $(VENV)/.benchlib-installed: pyproject.toml requirements/constraints.txt
 report: install
 	$(VENV)/bin/benchlib study $(STUDY)
 	@echo "Open reports/index.html"
+
+# The report opened in headless Chromium: each page checked, a PNG of each under reports/screenshots/.
+screenshots: install
+	$(PY) -m benchlib.pipeline.browser reports --screenshots reports/screenshots
 
 test: install lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

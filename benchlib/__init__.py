@@ -12,9 +12,14 @@ described in ``docs/architecture.md``.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+
+# In a Jupyter kernel without ipywidgets, tqdm (which optuna imports) warns that it cannot draw a notebook
+# progress bar. No benchlib page draws one: the warning would only stand in a published page as noise.
+warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")
 
 _API: dict[str, str] = {
     # what to run

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -71,3 +72,55 @@ def test_flops_and_roofline_bad_input(capsys):
     assert "--batch-size 0; allowed: integers >= 1" in capsys.readouterr().err
     assert main(["roofline", "--device", "cuda:3"]) == 2
     assert "hardware 'cuda:3' is not present" in capsys.readouterr().err
+
+
+def test_run_says_each_phase_and_where_it_wrote_the_row(capsys, tmp_path):
+    code = main(["run", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "16",
+                 "--steps", "2", "--set", "train_subset=64", "--set", "test_subset=32", "--set", "warmup_steps=1",
+                 "--set", "latency_repeats=3", "--set", "infer_warmup_batches=1", "--results-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 0
+    progress = [ln for ln in captured.err.splitlines() if ln.startswith("[benchlib] ")]
+    for phase in ("set up on ", "epoch 1/1 done in ", "evaluating on the test split (32 samples)",
+                  "timing inference at batch 1 and 16: 3 repeats each"):
+        assert any(phase in ln for ln in progress), phase
+    rows = list((tmp_path / "rows").glob("*.json"))
+    assert len(rows) == 1 and progress[-1].startswith(f"[benchlib] row written to {rows[0]}")
+    shown = dict(ln.strip().split(": ", 1) for ln in captured.out.splitlines())
+    assert shown["status"] == "ok"
+    assert shown["train_samples_per_s"].endswith(" samples/s") and shown["test_accuracy"].endswith("%")
+    assert re.fullmatch(r"[\d.,]+ (µs|ms|s)", shown["latency_ms_p50"]), shown["latency_ms_p50"]
+    assert re.fullmatch(r"[\d.,]+ (KiB|MiB|GiB)", shown["peak_rss_bytes"])
+    assert not any(re.search(r"\d\.\d{4,}|e[+-]\d|None|nan", v) for v in shown.values()), shown
+
+
+def test_progress_rewrites_one_status_line_on_a_terminal_and_writes_plain_lines_elsewhere():
+    import io
+
+    from benchlib.cli.progress import Progress
+
+    term = io.StringIO()
+    p = Progress(term, terminal=True)
+    p.heartbeat("epoch 1/2 step 3/10")
+    p.heartbeat("epoch 1/2 step 4/10")
+    p.line("epoch 1/2 done")
+    p.close()
+    assert term.getvalue() == ("\r\033[K[benchlib] epoch 1/2 step 3/10\r\033[K[benchlib] epoch 1/2 step 4/10"
+                               "\r\033[K[benchlib] epoch 1/2 done\n")
+    log = io.StringIO()
+    p = Progress(log, terminal=False)
+    for step in range(5):
+        p.heartbeat(f"step {step}")
+    p.line("done")
+    assert log.getvalue() == "[benchlib] step 0\n[benchlib] done\n", "a log gets a heartbeat every 30 s at most"
+
+
+def test_profile_prints_its_tables_in_human_units(capsys, tmp_path):
+    code = main(["profile", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "8",
+                 "--set", "train_subset=64", "--set", "test_subset=32", "--active", "2",
+                 "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"compute +[\d.,]+ (µs|ms|s) +[\d.,]+%", out), out
+    assert "self CPU time" in out and "device" not in out.split("tables, trace.json")[0], "no device columns on a CPU"
+    assert not re.search(r"\d{5,} us|\d\.\d{5,}|e[+-]\d", out), "three significant digits, no raw microseconds"

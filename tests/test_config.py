@@ -44,11 +44,40 @@ def test_papers_studies_parse_without_devices_or_data(tmp_path):
     from benchlib.run.preflight import check_data
     from benchlib.spec.study import parse_study
 
-    for name in ("gyawali-densenet121-catsdogs", "loe-cifar10", "tambe-tinyimagenet"):
+    for name in PAPER_FILES:
         raw = yaml.safe_load(Path(f"params/{name}.yaml").read_text())
         cfg = parse_study(raw, name)  # the file itself is valid: devices and data are checked on the machine
         with pytest.raises(ConfigError, match="data_path"):
             check_data(cfg.settings, name)
+
+
+PAPER_FILES = ("gyawali-densenet121-catsdogs", "loe-cifar10", "loe-cifar10-code", "tambe-tinyimagenet",
+               "tambe-tinyimagenet-code")
+
+
+def test_every_params_file_parses_with_its_own_study_name():
+    import yaml
+
+    from benchlib.spec.study import parse_study
+
+    files = sorted(Path("params").glob("*.yaml"))
+    names = [parse_study(yaml.safe_load(f.read_text()), str(f)).study for f in files]
+    assert {f.stem for f in files} >= set(PAPER_FILES)
+    assert len(set(names)) == len(names), "two params files would share a results folder"
+
+
+@pytest.mark.parametrize("name", PAPER_FILES)
+def test_paper_files_name_their_source_and_say_text_or_code(name):
+    """Each paper file opens with the paper it reproduces, and whether it follows the text or the public code."""
+    text = Path(f"params/{name}.yaml").read_text()
+    header = text[:text.index("study:")]
+    assert header.startswith("# Source: the ")
+    kind = "public code" if name.endswith("-code") else "text"
+    assert header.startswith(f"# Source: the {kind} of ")
+    assert "../shared" not in text and "seed 00" not in header
+    other = name.removesuffix("-code") if name.endswith("-code") else f"{name}-code"
+    if Path(f"params/{other}.yaml").exists():
+        assert f"params/{other}.yaml" in header, "the text file and the code file point at each other"
 
 
 def test_grid_expands_hardware_model_batch():

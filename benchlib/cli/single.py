@@ -13,6 +13,7 @@ import yaml
 
 from ..errors import BenchlibError, ConfigError
 from .jsonout import finite, nan_to_none
+from .progress import Progress
 
 if TYPE_CHECKING:
     from ..spec.settings import RunConfig
@@ -88,11 +89,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.nproc_per_node > 1 and not launched_by_torchrun():
         return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
     cfg = _config_from_args(args)
-    if args.no_save:
-        measured = measure(cfg, progress=lambda m: print(f"[benchlib] {m}", file=sys.stderr, flush=True))
-        row = measured.row if measured is not None else None
-    else:
-        row = record(cfg, Path(args.results_dir))
+    progress = Progress()
+    progress.line(f"{cfg.run_id}: {cfg.model} on {cfg.hardware}, batch {cfg.batch_size}")
+    try:
+        if args.no_save:
+            measured = measure(cfg, progress=progress.line, heartbeat=progress.heartbeat)
+            row = measured.row if measured is not None else None
+        else:
+            row = record(cfg, Path(args.results_dir), progress=progress.line, heartbeat=progress.heartbeat)
+    finally:
+        progress.close()
     if launched_by_torchrun():
         import torch.distributed as dist
 
@@ -110,14 +116,39 @@ def cmd_run(args: argparse.Namespace) -> int:
             else json.dumps(nan_to_none(row), default=str)
         )
     else:
-        for key in ("status", "error", "device_name", "train_samples_per_s", "train_step_s_median", "epoch_s",
-                    "test_accuracy", "latency_ms_p50", "batch_latency_ms_p50", "peak_rss_bytes"):
-            print(f"{key:>22}: {row.get(key)}")
+        for key, text in row_summary(row):
+            print(f"{key:>22}: {text}")
+    if not args.no_save:
+        from ..store.layout import ResultsLayout
+
+        where = ResultsLayout.of(args.results_dir).row_path(str(row["machine"]), str(row["run_id"]))
+        progress.line(f"row written to {where}; a report of the folder: benchlib report {args.results_dir}")
     return 0 if row["status"] == "ok" else EXIT_FAILURES
 
 
+def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """The row's headline figures as the report prints them (units, three significant digits, en dash)."""
+    from ..report import fmt
+
+    shown: list[tuple[str, str]] = [("status", str(row.get("status")))]
+    if row.get("error"):
+        shown.append(("error", str(row["error"])))
+    def per_s(value: Any) -> str:
+        return f"{fmt.significant(value)} samples/s"
+
+    formats = (("device_name", fmt.value_text), ("train_samples_per_s", per_s),
+               ("train_step_s_median", fmt.seconds_text), ("epoch_s", fmt.seconds_text),
+               ("test_accuracy", fmt.percent_text), ("latency_ms_p50", fmt.ms_text),
+               ("batch_latency_ms_p50", fmt.ms_text), ("infer_samples_per_s", per_s),
+               ("peak_rss_bytes", fmt.bytes_text))
+    for key, show in formats:
+        text = show(row.get(key))
+        shown.append((key, fmt.MISSING if text.startswith(fmt.MISSING) else text))
+    return shown
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
-    from ..instruments.profiler import format_breakdown
+    from ..report import pages
     from ..run.profile import record_profile
 
     cfg = _config_from_args(args)
@@ -125,11 +156,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if value < low:
             raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
     result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=args.active)
-    print(format_breakdown(result.breakdown))
-    print(result.top_by_self_cpu.head(10).to_string(index=False))
+    device = not result.top_by_self_device.empty or cfg.hardware.startswith("cuda")
+    print(pages.breakdown(result, device=device).drop(columns="what it covers").to_string(index=False))
+    print()
+    print(pages.operators(result.top_by_self_cpu.head(10), device=device).to_string(index=False))
     if not result.top_by_self_device.empty:
-        print(result.top_by_self_device.head(10).to_string(index=False))
-    print(f"tables, trace and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
+        print()
+        print(pages.operators(result.top_by_self_device.head(10), device=True).to_string(index=False))
+    print(f"\ntables, trace.json and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
     return 0
 
 

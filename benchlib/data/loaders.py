@@ -1,6 +1,6 @@
 """DataLoaders for a configuration: the real input pipeline, or synthetic batches already on the device.
 
-Synthetic batches measure the model alone; real loaders measure the system (MEASUREMENT.md keeps both).
+Synthetic batches measure the model alone; real loaders measure the system (docs/measurement.md).
 """
 from __future__ import annotations
 

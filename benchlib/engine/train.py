@@ -24,6 +24,7 @@ from .knobs import precision_context
 from .step import Trainer, in_memory_format, to_device, train_step
 
 ProgressFn = Callable[[str], None]
+HEARTBEAT_S = 1.0  # the least time between two heartbeat lines
 
 
 @dataclass
@@ -84,8 +85,12 @@ def check_losses(losses: list[float], first_step: int) -> None:
 
 
 def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, *,
-          progress: ProgressFn | None = None, after_epoch: AfterEpoch | None = None) -> TrainResult:
+          progress: ProgressFn | None = None, heartbeat: ProgressFn | None = None,
+          after_epoch: AfterEpoch | None = None) -> TrainResult:
     """Train for ``s.epochs`` epochs (or ``s.train_steps`` timed steps) and time every step.
+
+    ``progress`` gets one line per epoch; ``heartbeat`` (a terminal's status line) the step reached, at
+    most once a second, read from host counters only (nothing is synchronized for it).
 
     ``train_accuracy`` is the running top-1 accuracy over the last epoch's batches (augmented, as the
     model saw them). ``after_epoch`` sees each epoch's figures so far (and may raise to stop, as
@@ -130,8 +135,8 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
                 if step >= s.warmup_steps:
                     result.data_wait_s.append(wait)
                 step += 1
-                if progress and time.monotonic() - last_report > 5:
-                    progress(f"epoch {epoch + 1}/{epochs} step {step}/{total}")
+                if heartbeat and time.monotonic() - last_report > HEARTBEAT_S:
+                    heartbeat(f"epoch {epoch + 1}/{epochs} step {step}/{total}")
                     last_report = time.monotonic()
             del batches
         times = timer.collect()
@@ -152,8 +157,8 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
         result.loss_per_step += epoch_losses
         result.total_steps = step
         if progress:
-            progress(f"epoch {epoch + 1}/{epochs} done in {clock.seconds:.2f} s, loss {result.final_loss:.4f}, "
-                     f"running accuracy {result.train_accuracy:.3f}")
+            progress(f"epoch {epoch + 1}/{epochs} done in {clock.seconds:.1f} s, loss {result.final_loss:.3f}, "
+                     f"running accuracy {result.train_accuracy:.1%}")
         if after_epoch is not None:
             after_epoch(epoch, result)
     return result

@@ -46,8 +46,8 @@ from .counters import (
 )
 from .models import build_model
 
-# torchvision model docs ("GFLOPS" column, which are MACs), ImageNet weights, 224x224, 1000 classes;
-# also in MEASUREMENT.md ("Work: FLOPs, MACs, bytes").
+# torchvision model docs ("GFLOPS" column, which are MACs), ImageNet weights, 224x224, 1000 classes
+# (docs/measurement.md, "Work: MACs, FLOPs and bytes", says why MACs and FLOPs never share a name).
 PUBLISHED_MACS: dict[str, float] = {
     "resnet18": 1.81e9,
     "resnet50": 4.09e9,

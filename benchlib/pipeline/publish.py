@@ -1,19 +1,27 @@
-"""Executing notebooks with papermill and publishing them as HTML, plus the reports index page."""
+"""Executing notebooks with papermill and publishing them: HTML pages, the data they show, the index."""
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import html
-from collections.abc import Mapping
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import papermill
 from nbconvert import HTMLExporter
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 from ..errors import ConfigError
+from ..report import dictionary, site
 from ..store.atomic import atomic_write_text
-from ..store.layout import ReportLayout, reports_index
+from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 
 KERNEL_NAME = "python3"
 
@@ -33,68 +41,158 @@ def check_parameters(notebook: Path, params: Mapping[str, Any]) -> None:
 
 
 def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Path,
-            cell_timeout_s: int | None, progress: bool = True) -> None:
+            cell_timeout_s: int | None, progress: bool = True, kernel_env: Mapping[str, str] | None = None) -> None:
     """Run ``notebook`` into ``output`` with ``params``; raises PapermillExecutionError on a failing cell.
 
-    The executed notebook is written even when a cell fails, with the failing cell marked.
+    The executed notebook is written even when a cell fails, with the failing cell marked. ``kernel_env``:
+    variables the kernel starts with where this process does not set them already.
     """
     check_parameters(notebook, params)
     output.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(
-        str(notebook), str(output), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
-        execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False, request_save_on_cell_execute=True,
-    )
+    with _environment(kernel_env or {}):
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
+            execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
+            request_save_on_cell_execute=True,
+        )
 
 
-def render_html(ipynb: Path) -> Path:
-    """Render an executed notebook to HTML without code cells (``nbconvert --no-input``)."""
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment (which a kernel inherits) for the block; a set one wins."""
+    added = [k for k in values if k not in os.environ]
+    os.environ.update({k: values[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def render_html(ipynb: Path, title: str, report: ReportLayout, *, summary_link: bool = True) -> Path:
+    """Render an executed notebook to HTML without code cells (``nbconvert --no-input``).
+
+    The page gets ``title``, a bar linking back to the index, its study's summary (``summary_link``: a
+    study has one, a tuning run does not) and the shared pages, and links to the repository's
+    ``docs/*.md`` pointed at their published copies.
+    """
+    nb = nbformat.read(str(ipynb), as_version=4)
+    nb.metadata["title"] = title
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(str(ipynb), as_version=4))
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
     out = ipynb.with_suffix(".html")
-    atomic_write_text(out, body)
+    nav = site.nav_bar(out.parent, report.reports_root, report.root if summary_link else None, title)
+    body = _BODY_TAG.sub(lambda m: m.group(0) + nav, body, count=1)
+    atomic_write_text(out, docs_links(body, out.parent, report.reports_root))
     return out
 
 
+_BODY_TAG = re.compile(r"<body[^>]*>")
+_DOC_LINK = re.compile(r'href="(?:(?:\.\./)*docs/)?(' + "|".join(site.SHARED_PAGES) + r')\.md(#[^"]*)?"')
+
+
+def docs_links(body: str, page_dir: Path, reports_root: Path) -> str:
+    """Links to ``docs/columns.md`` and ``docs/measurement.md`` pointed at the pages published beside the index."""
+    return _DOC_LINK.sub(lambda m: f'href="{site.rel(reports_page(reports_root, m.group(1)), page_dir)}'
+                                   f'{m.group(2) or ""}"', body)
+
+
+def pair_title(kind: str, hardware: str, model: str, study: str) -> str:
+    """A pair page's title: ``resnet18 on cpu: measurements · default``."""
+    return f"{model} on {hardware}: {kind} \u00b7 {study}"
+
+
+# ---------------------------------------------------------------- what the pages were made from
+
+def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
+    """Copy each results folder's table, run rules, manifests and ceilings under the report's ``data/``.
+
+    The report folder then holds everything its pages link to and can be published on its own; the copy
+    is replaced each time (raw samples, telemetry and weights stay in the results folder).
+    """
+    if report.data_dir.exists():
+        shutil.rmtree(report.data_dir)
+    copies = []
+    taken: set[str] = set()
+    for d in results_dirs:
+        layout = ResultsLayout.of(d)
+        name = layout.root.name
+        n = 2
+        while name in taken:
+            name, n = f"{layout.root.name}-{n}", n + 1
+        taken.add(name)
+        dest = report.data_copy(name)
+        dest.mkdir(parents=True, exist_ok=True)
+        for src in (layout.results_csv, layout.run_rules_path):
+            if src.exists():
+                shutil.copyfile(src, dest / src.name)
+        for sub, files in (("manifests", layout.manifest_files()), ("ceilings", layout.ceilings_files())):
+            for src in files:
+                (dest / sub).mkdir(exist_ok=True)
+                shutil.copyfile(src, dest / sub / src.name)
+        copies.append(dest)
+    return copies
+
+
+def write_meta(report: ReportLayout, title: str, description: str, results_dirs: Sequence[Path]) -> Path:
+    """``report.json``: what the index says of the report (its title, the study's description, its folders)."""
+    meta = {"title": title, "description": description, "results_dirs": [Path(d).name for d in results_dirs]}
+    atomic_write_text(report.meta_path, json.dumps(meta, indent=1) + "\n")
+    return report.meta_path
+
+
+def publish_trace(trace: Path, dest: Path) -> Path | None:
+    """A profile's Chrome trace, gzipped beside its page (Perfetto and chrome://tracing open ``.json.gz``)."""
+    if not trace.exists():
+        return None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    with trace.open("rb") as src, gzip.open(tmp, "wb", compresslevel=6) as out:
+        shutil.copyfileobj(src, out)
+    tmp.replace(dest)
+    return dest
+
+
+_HEADING = re.compile(r'<h([1-6]) id="[^"]*">(.*?)<a class="anchor-link" href="#[^"]*">')
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _github_anchor(m: re.Match[str]) -> str:
+    """A heading's id as GitHub makes it (lower case, punctuation dropped, spaces to dashes), so the
+    contents links written for the repository's Markdown work in the published page too."""
+    text = html.unescape(_TAG.sub("", m.group(2))).strip().lower()
+    slug = re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+    return f'<h{m.group(1)} id="{slug}">{m.group(2)}<a class="anchor-link" href="#{slug}">'
+
+
+def docs_dir() -> Path:
+    """The repository's ``docs/`` folder (beside ``notebooks/``)."""
+    return notebooks_dir().parent / "docs"
+
+
+def write_shared_pages(reports_root: Path) -> list[Path]:
+    """``columns.html`` (from the schema) and ``measurement.html`` (from docs/measurement.md, when present)."""
+    written = []
+    columns = reports_page(reports_root, "columns")
+    atomic_write_text(columns, site.shared_page("Columns of a result row", dictionary.columns_html_body(), columns,
+                                                reports_root))
+    written.append(columns)
+    source = docs_dir() / "measurement.md"
+    if source.exists():
+        measurement = reports_page(reports_root, "measurement")
+        body = docs_links(markdown2html_mistune(source.read_text(encoding="utf-8")), reports_root, reports_root)
+        body = _HEADING.sub(_github_anchor, body)
+        atomic_write_text(measurement, site.shared_page("How benchlib measures", body, measurement, reports_root))
+        written.append(measurement)
+    return written
+
+
 def write_index(reports_root: Path) -> Path:
-    """``reports/index.html``: every study with its summary and every executed pair notebook."""
-    sections = []
-    for study_dir in sorted(p for p in reports_root.iterdir() if p.is_dir()):
-        report = ReportLayout(study_dir)
-        summary = report.analysis_notebook("summary").with_suffix(".html")
-        runs = sorted(report.runs_dir.glob("*.html"))
-        profiles = sorted(report.profiles_dir.glob("*.html")) + sorted(report.tune_dir.glob("*.html"))
-        extras = [
-            p for p in (report.analysis_notebook(n).with_suffix(".html") for n in ("sweep", "tune")) if p.exists()
-        ]
-        if not summary.exists() and not runs and not profiles:
-            continue
-        items = "".join(f'<li><a href="{html.escape(str(r.relative_to(reports_root)))}">{html.escape(r.stem)}</a></li>'
-                        for r in runs)
-        link = (f'<a href="{html.escape(str(summary.relative_to(reports_root)))}">summary</a>'
-                if summary.exists() else "no summary yet")
-        link += "".join(f' · <a href="{html.escape(str(p.relative_to(reports_root)))}">{p.stem}</a>' for p in extras)
-        prof_items = "".join(
-            f'<li><a href="{html.escape(str(r.relative_to(reports_root)))}">{html.escape(r.stem)}</a></li>'
-            for r in profiles
-        )
-        figures = sorted(report.figures_dir.glob("*.png"))
-        fig_items = "".join(
-            f'<li><a href="{html.escape(str(f.relative_to(reports_root)))}">{html.escape(f.name)}</a></li>'
-            for f in figures
-        )
-        sections.append(
-            f"<section><h2>{html.escape(study_dir.name)}</h2><p>{link}</p>"
-            f"<h3>Pair notebooks</h3><ul>{items or '<li>none</li>'}</ul>"
-            + (f"<h3>Profiles and tuning</h3><ul>{prof_items}</ul>" if profiles else "")
-            + (f"<details><summary>Figures ({len(figures)})</summary><ul>{fig_items}</ul></details>" if figures else "")
-            + "</section>")
+    """``reports/index.html``: every study with its description, headline numbers, pages and data."""
+    reports_root = Path(reports_root)
+    write_shared_pages(reports_root)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>benchlib reports</title>"
-            "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
-            "section{border-top:1px solid #ccc;margin-top:1.5em}</style></head><body>"
-            f"<h1>benchlib reports</h1><p>Updated {stamp}.</p>"
-            + ("".join(sections) or "<p>No study has been reported yet: run <code>make report</code>.</p>")
-            + "</body></html>\n")
+    folders = sorted(p for p in reports_root.iterdir() if p.is_dir())
     out = reports_index(reports_root)
-    atomic_write_text(out, page)
+    atomic_write_text(out, site.index_page(reports_root, folders, stamp))
     return out

@@ -32,11 +32,14 @@ from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
 from ..store.atomic import atomic_write_text, remove_stale_temp_files
-from ..store.layout import ReportLayout, StudyPaths, pair_notebook_name
+from ..store.layout import ReportLayout, ResultsLayout, StudyPaths, pair_notebook_name
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
 from . import progress, publish
 
+# torch's C++ log warns in every profile that memory allocated before profiling is not followed: its page
+# says what that means for the memory columns instead.
+PROFILE_KERNEL_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 # Errors of a pair notebook that end the pair, not the study: a raising cell, a dead kernel, a timeout.
 PAIR_FAILURES = (PapermillExecutionError, RuntimeError, TimeoutError)
 
@@ -58,11 +61,11 @@ _log = progress.log
 
 
 def execute(notebook: Path, out: Path, params: dict[str, Any], *, cwd: Path, cell_timeout_s: int | None,
-            label: str) -> None:
+            label: str, kernel_env: dict[str, str] | None = None) -> None:
     """One notebook through papermill: its bar at a terminal, else a plain line a minute (``label``)."""
     with progress.heartbeat(label):
         publish.execute(notebook, out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
-                        progress=progress.interactive())
+                        progress=progress.interactive(), kernel_env=kernel_env)
 
 
 def move_aside(paths: StudyPaths, keep: tuple[Path, ...] = ()) -> list[Path]:
@@ -162,7 +165,7 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
             n = record_pair_failure(configs, paths.results.root, exc, machine)
             _log(f"pair {hardware} / {model} failed ({type(exc).__name__}); {n} failure row(s) written; going on")
         if out.exists():
-            publish.render_html(out)
+            publish.render_html(out, publish.pair_title("measurements", hardware, model, cfg.study), paths.reports)
         _log(f"pair {i}/{len(pairs)} done in {time.perf_counter() - t0:.0f} s")
     for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
         _log(f"ceilings of {hardware} once more at the end of the study (a roof is a maximum: the higher is kept)")
@@ -174,16 +177,17 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     if cfg.profile:
         for hardware, model in pairs:
             profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s)
-    if summary:
-        summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
-                  cell_timeout_s=cell_timeout_s)
     rows = read_results([paths.results.root])
     mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
     ran = {c.run_id for h, m in pairs for c in cfg.configs(h, m)}  # an array task answers for its own pair only
     configs_failed = int(((mine["status"] == "failed") & mine["run_id"].isin(ran)).sum())
     rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
-    atomic_write_text(paths.results.run_rules_path, json.dumps(
-        {"study": cfg.study, "params": cfg.source, "interleave": cfg.interleave, **rules}, indent=1, default=str))
+    atomic_write_text(paths.results.run_rules_path, json.dumps(  # before the summary, which shows them
+        {"study": cfg.study, "params": cfg.source, "description": cfg.description, "interleave": cfg.interleave,
+         **rules}, indent=1, default=str))
+    if summary:
+        summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
+                  cell_timeout_s=cell_timeout_s, description=cfg.description)
     if warning := interference.summarize(mine[mine["status"] == "ok"]):
         print(f"benchlib: warning: {warning}", file=sys.stderr, flush=True)
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
@@ -205,26 +209,32 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
     params["batch_size"] = run.batch_size
     try:
         execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
-                label=f"profile {hardware} / {model}")
+                label=f"profile {hardware} / {model}", kernel_env=PROFILE_KERNEL_ENV)
         return True
     except PAIR_FAILURES as exc:
         _log(f"profile {hardware} / {model} failed: {error_text(exc)}")
         return False
     finally:
+        trace = paths.results.profile_dir(machine_name(), run.run_id) / "trace.json"
+        publish.publish_trace(trace, paths.reports.profile_trace(hardware, model))
         if out.exists():
-            publish.render_html(out)
+            publish.render_html(out, publish.pair_title("profile", hardware, model, cfg.study), paths.reports)
 
 
 def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Path | None = None,
-              cell_timeout_s: int | None = 3600, notebook: str = "summary") -> Path:
+              cell_timeout_s: int | None = 3600, notebook: str = "summary", description: str | None = None) -> Path:
     """Run an analysis notebook (``summary``, ``sweep``) over ``results_dirs`` into ``report_dir``.
 
-    Publishes its HTML and refreshes the reports index.
+    Publishes its HTML with a copy of the data it shows, and refreshes the reports index. ``description``
+    (the study's) defaults to the one its last study recorded in ``run_rules.json``.
     """
     for d in results_dirs:
         write_table(d)
     report = ReportLayout(report_dir)
     report.root.mkdir(parents=True, exist_ok=True)
+    publish.copy_data([Path(d) for d in results_dirs], report)
+    publish.write_meta(report, title, description if description is not None else _recorded_description(results_dirs),
+                       [Path(d) for d in results_dirs])
     out = report.analysis_notebook(notebook)
     params = {"results_dirs": [str(Path(d).resolve()) for d in results_dirs],
               "figures_dir": str(report.figures_dir.resolve()), "title": title}
@@ -234,6 +244,20 @@ def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Pa
                 cell_timeout_s=cell_timeout_s, label=notebook)
     finally:
         if out.exists():
-            publish.render_html(out)
+            publish.render_html(out, title, report)
         publish.write_index(report.reports_root)
     return out.with_suffix(".html")
+
+
+def _recorded_description(results_dirs: list[Path]) -> str:
+    """The description a study wrote into its results folder's ``run_rules.json`` (empty when none did)."""
+    found = []
+    for d in results_dirs:
+        try:
+            text = json.loads(ResultsLayout.of(d).run_rules_path.read_text(encoding="utf-8")).get("description")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(text, str) and text and text not in found:
+            found.append(text)
+    return "; ".join(found)
+

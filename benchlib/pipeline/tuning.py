@@ -60,7 +60,8 @@ def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), report
             _log(f"tuning {hardware} / {model} failed: {error_text(exc)}")
         finally:
             if out.exists():
-                publish.render_html(out)
+                publish.render_html(out, publish.pair_title("tuning", hardware, model, cfg.study), paths.reports,
+                                    summary_link=False)
     publish.write_index(paths.reports.reports_root)
     tuned_dir = tuned_params_dir(results_root.resolve())
     for exported in paths.results.tuned_exports():

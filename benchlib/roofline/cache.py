@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -89,17 +89,20 @@ def _save(ceilings: Ceilings, results_dir: str | Path) -> Ceilings:
     return ceilings
 
 
-def ensure_ceilings(results_dir: str | Path, device: str | torch.device) -> Ceilings:
+def ensure_ceilings(results_dir: str | Path, device: str | torch.device,
+                    progress: Callable[[str], None] | None = None) -> Ceilings:
     """This machine's ceilings for ``device`` from ``results_dir``, measured and saved when missing or stale.
 
     Cached ceilings measured while other work interfered are measured again, keeping the higher of each
-    figure (a roof is a maximum: a busy machine only ever lowers it).
+    figure (a roof is a maximum: a busy machine only ever lowers it). ``progress`` hears when they are measured.
     """
     dev = _resolve_device(device)
     path = ResultsLayout.of(results_dir).ceilings_path(machine_name(), str(dev))
     cached = _cached(path, dev)
     if cached is not None and not cached.interfered:
         return cached
+    if progress:
+        progress(f"measuring the roofline ceilings of {dev} (matmul per dtype, copy bandwidth)")
     if cached is not None:
         warnings.warn(f"re-measuring ceilings in {path}: {cached.interference}", stacklevel=2)
         return _save(best_of([cached, measure_ceilings_robust(dev)]), results_dir)
@@ -120,7 +123,7 @@ def raised(before: Ceilings | None, after: Ceilings) -> str | None:
     """What a re-measurement raised (e.g. "fp32 peak 46.8 -> 184.9 GFLOP/s"), or None when nothing rose."""
     if before is None:
         return None
-    parts = [f"{d} peak {before.peak_flops_per_s[d] / 1e9:.1f} -> {v / 1e9:.1f} GFLOP/s"
+    parts = [f"{d} peak {before.peak_flops_per_s.get(d, 0.0) / 1e9:.1f} -> {v / 1e9:.1f} GFLOP/s"
              for d, v in after.peak_flops_per_s.items() if v > before.peak_flops_per_s.get(d, 0.0)]
     if after.bandwidth_bytes_per_s > before.bandwidth_bytes_per_s:
         parts.append(f"bandwidth {before.bandwidth_bytes_per_s / 1e9:.1f} -> "

@@ -107,7 +107,8 @@ def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> 
 
 
 def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
-            ceilings: Ceilings | None = None, weights: WeightsPlan | None = None) -> Measurement | None:
+            ceilings: Ceilings | None = None, weights: WeightsPlan | None = None,
+            heartbeat: ProgressFn | None = None) -> Measurement | None:
     """Train, evaluate and time one configuration.
 
     With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
@@ -120,6 +121,9 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     configuration saved instead of training (its training columns are then empty, and
     ``weights_trained_by`` names that configuration); a training configuration saves them for it.
 
+    ``progress`` gets one line per phase (set-up, each epoch, evaluation, inference timing) and
+    ``heartbeat`` the training step reached, for a terminal's status line.
+
     Raises:
         SkippedConfiguration: the variant cannot run on this device.
     """
@@ -129,7 +133,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     device = distributed.rank_device(device, dist_info)
     with configuration(device, cfg.settings):
         return _measure(cfg, device, dist_info, machine=machine, progress=progress, ceilings=ceilings,
-                        weights=weights)
+                        weights=weights, heartbeat=heartbeat)
 
 
 def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.device,
@@ -156,8 +160,10 @@ def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.d
 
 
 def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInfo | None, *, machine: str | None,
-             progress: ProgressFn | None, ceilings: Ceilings | None, weights: WeightsPlan | None) -> Measurement | None:
+             progress: ProgressFn | None, ceilings: Ceilings | None, weights: WeightsPlan | None,
+             heartbeat: ProgressFn | None = None) -> Measurement | None:
     s = cfg.settings
+    say = progress or (lambda _msg: None)
     local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
     world = dist_info.world_size if dist_info else 1
     row = base_row(cfg, machine or machine_name())
@@ -179,9 +185,9 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     train_net, infer_net = wrap(model, s, device, dist_info)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if progress:
-        progress(f"{cfg.run_id}: evaluates the weights {trained_by} trained" if trained_by
-                 else f"{cfg.run_id}: {per_epoch} batches/epoch on {row['device_name']}")
+    say(f"set up on {row['device_name']}: {cfg.model}, batch {cfg.batch_size}, " + (
+        f"evaluating the weights {trained_by} trained" if trained_by else
+        f"{per_epoch} batches/epoch, {s.warmup_steps} warmup step(s) untimed"))
     uuids = _gpu_uuids(device, dist_info)
     sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpu_uuids=uuids)
                                                if s.telemetry else NullSampler())
@@ -194,7 +200,8 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         trained = None
         try:
             if not trained_by:
-                trained = train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch, progress=progress)
+                trained = train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch,
+                                progress=progress, heartbeat=heartbeat)
         except Exception:
             distributed.all_ok(False, dist_info)  # the other ranks stop too instead of waiting in a collective
             raise
@@ -210,11 +217,14 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         if trained is not None and weights is not None and weights.save:
             save_weights(weights, model, cfg.run_id)
         sampler.set_phase("eval")
+        say(f"evaluating on the test split ({loaders.test_samples} samples)")
         test = evaluate(infer_net, loaders.test, device, s.knobs)
         quant: Row = {"model_size_bytes": model_size_on_disk_bytes(model)}
         if not s.knobs.trains:
             infer_net, test, quant = _quantized(model, loaders, device, s, test, trained_by)
         sampler.set_phase("latency")
+        say(f"timing inference at batch 1 and {cfg.batch_size}: {s.latency_repeats} repeats each after "
+            f"{s.infer_warmup_batches} warmup batch(es)")
         lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, loaders, cfg, device, meter)
     finally:
         if sampler.running:

@@ -46,8 +46,10 @@ def say(msg: str) -> None:
 
 
 def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | None = say,
-           weights: WeightsPlan | None = None) -> Row | None:
+           weights: WeightsPlan | None = None, heartbeat: ProgressFn | None = None) -> Row | None:
     """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead.
+
+    ``progress`` gets a line per phase and epoch, ``heartbeat`` the training step reached (see ``measure``).
 
     Under torchrun only rank 0 records the manifest, measures the ceilings and writes the row.
     """
@@ -58,8 +60,9 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
     if main_rank:
         write_manifest(layout, manifest, mid)
     try:
-        ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware)) if main_rank else None
-        measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, weights=weights)
+        ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware), progress) if main_rank else None
+        measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, weights=weights,
+                           heartbeat=heartbeat)
         if measured is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
         row, samples, telemetry = measured.row, measured.samples, measured.telemetry
@@ -162,8 +165,11 @@ def pair_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[in
 def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
              results_dir: str | Path, *, sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
              resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = (),
-             interleave: bool = True) -> list[Row]:
+             interleave: bool = True, progress: ProgressFn | None = say) -> list[Row]:
     """Measure every configuration of one hardware/model pair, recording each row as it finishes.
+
+    ``progress`` gets a line per configuration, phase and epoch (a notebook passes ``print``, so its page
+    shows them as plain output, not as an error stream).
 
     With ``resume``, configurations whose complete row already exists are skipped (their row is
     returned as it was), so a killed study loses at most the configuration that was running.
@@ -174,18 +180,19 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     machine = machine_name()
     configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,
                            variants=variants, interleave=interleave)
-    set_aside_stale_rows(layout.root, configs, machine)
+    set_aside_stale_rows(layout.root, configs, machine, progress)
     plans = plan_weights(layout, machine, configs)
     rows: list[Row] = []
     for i, cfg in enumerate(configs, 1):
         done = complete_row(layout, machine, cfg.run_id) if resume else None
+        tell = progress or (lambda _msg: None)
         if done is not None:
-            say(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}: row exists, skipped")
+            tell(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}: row exists, skipped")
             rows.append(done)
             continue
-        say(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}")
+        tell(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}")
         maybe_inject(cfg.run_id)
-        row = record(cfg, layout.root, weights=plans.get(cfg.run_id))
+        row = record(cfg, layout.root, weights=plans.get(cfg.run_id), progress=progress)
         if row is not None:
             rows.append(row)
     return rows

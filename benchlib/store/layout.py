@@ -19,7 +19,11 @@ A results folder (``results/<study>/``)::
 
 ``results/tuned/`` (beside the study folders) holds the ``*-tuned.yaml`` files the tuned variants read.
 A report folder (``reports/<study>/``) holds the executed notebooks (``runs/``, ``profile/``, ``tune/``),
-their HTML, ``summary``/``sweep`` pages and ``figures/``; ``reports/index.html`` links them all.
+their HTML, ``summary``/``sweep`` pages, ``figures/``, each profile's trace beside its page
+(``profile/<hardware>__<model>.trace.json.gz``), a copy of the data the pages were made from (``data/<results
+folder>/``: results.csv, run_rules.json, manifests/, ceilings/) so the folder can be published on its own,
+and ``report.json`` (title, description, results folders). ``reports/index.html`` links them all, beside
+``reports/columns.html`` (the data dictionary) and ``reports/measurement.html`` (how benchlib measures).
 
 One file per row means concurrent writers never share a file.
 """
@@ -43,6 +47,11 @@ def row_key(machine: str, run_id: str) -> str:
 def reports_index(reports_root: Path = DEFAULT_REPORTS_ROOT) -> Path:
     """The page that links every study's report."""
     return Path(reports_root) / "index.html"
+
+
+def reports_page(reports_root: Path, name: str) -> Path:
+    """A page every study's report shares, at the top of the reports folder (``columns``, ``measurement``)."""
+    return Path(reports_root) / f"{name}.html"
 
 
 def tuned_params_dir(results_root: Path = DEFAULT_RESULTS_ROOT) -> Path:
@@ -177,10 +186,32 @@ class ReportLayout:
         """``summary.ipynb`` / ``sweep.ipynb`` of the study."""
         return self.root / f"{name}.ipynb"
 
+    @property
+    def meta_path(self) -> Path:
+        """``report.json``: the report's title, its study's description and the results folders it shows."""
+        return self.root / "report.json"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def data_copy(self, results_dir_name: str) -> Path:
+        """Where the data of one results folder is copied (results.csv, run_rules.json, manifests, ceilings)."""
+        return self.data_dir / safe_name(results_dir_name)
+
+    def profile_trace(self, hardware: str, model: str) -> Path:
+        """A profiled pair's Chrome/Perfetto trace, gzipped, beside the pair's profile page."""
+        return self.profiles_dir / f"{pair_stem(hardware, model)}.trace.json.gz"
+
+
+def pair_stem(hardware: str, model: str) -> str:
+    """The file stem of everything one hardware/model pair publishes (``cpu__resnet18``)."""
+    return f"{safe_name(hardware)}__{model}"
+
 
 def pair_notebook_name(hardware: str, model: str) -> str:
     """The executed notebook of one hardware/model pair (``cpu__resnet18.ipynb``)."""
-    return f"{safe_name(hardware)}__{model}.ipynb"
+    return f"{pair_stem(hardware, model)}.ipynb"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,279 @@
+"""The pages around the notebooks: the reports index, the bar that links every page back, page framing.
+
+Pure text from files already on disk: the report folders (``report.json``, the data copied under
+``data/``, the published pages) and nothing else, so a report folder can be moved and still links.
+Numbers are formatted by :mod:`benchlib.report.fmt`.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..store.layout import ReportLayout, reports_index, reports_page
+from . import fmt
+
+SHARED_PAGES = {"columns": "Columns explained", "measurement": "How benchlib measures"}
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:72em;margin:1.5em auto;padding:0 1em;line-height:1.45}"
+         "table{border-collapse:collapse;margin:.5em 0}th,td{border-bottom:1px solid #ddd;padding:.25em .6em;"
+         "text-align:left;vertical-align:top}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+         "section{border-top:1px solid #ccc;margin-top:2em}code{background:#f4f4f4;padding:0 .2em}"
+         ".note{color:#555;font-size:.92em}.description{font-size:1.05em}"
+         "a.anchor-link{visibility:hidden;text-decoration:none;margin-left:.3em}"
+         "h1:hover a.anchor-link,h2:hover a.anchor-link,h3:hover a.anchor-link{visibility:visible}")
+NAV_STYLE = ("nav.benchlib-nav{font-family:system-ui,sans-serif;font-size:14px;padding:.5em 1em;"
+             "border-bottom:1px solid #ddd;background:#fafafa}nav.benchlib-nav a,nav.benchlib-nav .here"
+             "{margin-right:1.2em}")
+
+
+def rel(target: Path, from_dir: Path) -> str:
+    """``target`` as a link from a page in ``from_dir`` (forward slashes, escaped for an attribute)."""
+    return html.escape(Path(os.path.relpath(target, from_dir)).as_posix(), quote=True)
+
+
+def link(target: Path, from_dir: Path, text: str) -> str:
+    return f'<a href="{rel(target, from_dir)}">{html.escape(text)}</a>'
+
+
+def nav_bar(page_dir: Path, reports_root: Path, study_root: Path | None = None, title: str = "") -> str:
+    """Links from a page back to the index, its study's summary and the shared pages; ``title`` says where it is."""
+    items = [f'<strong class="here">{html.escape(title)}</strong>'] if title else []
+    items.append(link(reports_index(reports_root), page_dir, "\u2190 All reports"))
+    if study_root is not None:
+        summary = ReportLayout(study_root).analysis_notebook("summary").with_suffix(".html")
+        items.append(link(summary, page_dir, f"{study_root.name}: summary"))
+    items += [link(reports_page(reports_root, name), page_dir, text) for name, text in SHARED_PAGES.items()]
+    return f'<style>{NAV_STYLE}</style><nav class="benchlib-nav">{"".join(items)}</nav>'
+
+
+def page(title: str, body: str, nav: str = "") -> str:
+    """A standalone page with benchlib's style."""
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{STYLE}</style></head>"
+            f"<body>{nav}{body}</body></html>\n")
+
+
+# ---------------------------------------------------------------- one study's report, read back
+
+@dataclass(frozen=True)
+class StudyReport:
+    """What the index shows of one report folder."""
+
+    layout: ReportLayout
+    meta: dict[str, Any]
+    rows: pd.DataFrame
+
+    @classmethod
+    def read(cls, folder: Path) -> StudyReport:
+        layout = ReportLayout(folder)
+        try:
+            meta = json.loads(layout.meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = {}
+        frames = []
+        for csv in sorted(layout.data_dir.glob("*/results.csv")):
+            try:
+                frames.append(pd.read_csv(csv))
+            except (OSError, ValueError, pd.errors.EmptyDataError):
+                continue
+        return cls(layout, meta if isinstance(meta, dict) else {}, pd.concat(frames) if frames else pd.DataFrame())
+
+    @property
+    def name(self) -> str:
+        return self.layout.root.name
+
+
+def _summary_line(rows: pd.DataFrame) -> str:
+    if rows.empty or "status" not in rows:
+        return ""
+    status = ", ".join(f"{n} {s}" for s, n in rows["status"].value_counts().items())
+    machines = ", ".join(sorted(map(str, rows["machine"].dropna().unique()))) if "machine" in rows else ""
+    line = f"{len(rows)} configuration(s) ({status})" + (f" measured on {machines}" if machines else "")
+    return f"<p>{html.escape(line)}.</p>"
+
+
+def _settings(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    found = []
+    for text in rows["settings_json"].dropna().unique() if "settings_json" in rows else []:
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found
+
+
+def _each(settings: list[dict[str, Any]], key: str) -> str:
+    """The values ``key`` takes across the study's settings, as written in a params file (``0.05``, ``sgd``)."""
+    values = sorted({json.dumps(s.get(key)) for s in settings if s.get(key) is not None})
+    return ", ".join(v.strip('"') for v in values)
+
+
+def settings_line(rows: pd.DataFrame) -> str:
+    """The study's training settings in one line, from its rows: data, size, optimizer, lr, length, batches."""
+    settings = _settings(rows)
+    if not settings:
+        return ""
+    parts = [f"{_each(settings, 'dataset')} at {_each(settings, 'image_size')} px"]
+    if subset := _each(settings, "train_subset"):
+        parts[-1] += f" ({subset} training images)"
+    if _each(settings, "pretrained") == "true":
+        parts.append("from ImageNet weights" + (", head only" if _each(settings, "freeze_backbone") == "true" else ""))
+    optimizer = f"{_each(settings, 'optimizer')} lr {_each(settings, 'lr')}"
+    if _each(settings, "optimizer") == "sgd":
+        optimizer += f" momentum {_each(settings, 'momentum')}"
+    parts.append(f"{optimizer}, weight decay {_each(settings, 'weight_decay')}")
+    steps = _each(settings, "train_steps")
+    parts.append(f"{steps} timed step(s)" if steps else f"{_each(settings, 'epochs')} epoch(s)")
+    parts[-1] += f" after {_each(settings, 'warmup_steps')} warmup step(s)"
+    if "batch_size" in rows:
+        parts.append("batch " + ", ".join(str(int(b)) for b in sorted(rows["batch_size"].dropna().unique())))
+    return f"<p>Settings: {html.escape('; '.join(parts))}.</p>"
+
+
+HEADLINE = (("train_samples_per_s", "training", lambda v: f"{fmt.significant(v)} samples/s"),
+            ("test_accuracy", "test accuracy", fmt.percent_text),
+            ("latency_ms_p50", "latency, batch 1 (median)", fmt.ms_text),
+            ("peak_memory", "peak memory", fmt.bytes_text))
+
+
+def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per machine, hardware and model: the measured configuration with the highest training throughput."""
+    if rows.empty or "status" not in rows:
+        return pd.DataFrame()
+    ok = rows[rows["status"] == "ok"].copy()
+    if ok.empty:
+        return ok
+    speed = pd.to_numeric(ok.get("train_samples_per_s"), errors="coerce")
+    ok["_speed"] = speed.fillna(-1.0) if speed is not None else -1.0
+    cuda = ok["hardware"].astype(str).str.startswith("cuda") if "hardware" in ok else False
+    rss = pd.to_numeric(ok["peak_rss_bytes"], errors="coerce") if "peak_rss_bytes" in ok else None
+    gpu = pd.to_numeric(ok["peak_cuda_allocated_bytes"], errors="coerce") if "peak_cuda_allocated_bytes" in ok else None
+    ok["peak_memory"] = gpu.where(cuda, rss) if gpu is not None else rss
+    keys = [k for k in ("machine", "hardware", "model") if k in ok]
+    best = ok.sort_values("_speed", ascending=False).groupby(keys, sort=True, as_index=False).head(1)
+    return best.sort_values(keys).drop(columns="_speed")
+
+
+def headline_table(rows: pd.DataFrame) -> str:
+    best = headline_rows(rows)
+    if best.empty:
+        return "<p><em>No configuration produced a measurement.</em></p>"
+    ids = [c for c in ("machine", "hardware", "model", "batch_size", "variant") if c in best
+           and (c in ("hardware", "model", "batch_size") or best[c].nunique() > 1)]
+    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in ids)
+    head += "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in HEADLINE)
+    body = []
+    for _, r in best.iterrows():
+        cells = "".join(f"<td>{html.escape(fmt.value_text(r.get(c)))}</td>" for c in ids)
+        cells += "".join(f'<td class="num">{html.escape(show(r.get(c)))}</td>' for c, _, show in HEADLINE)
+        body.append(f"<tr>{cells}</tr>")
+    return (f'<table class="headline"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            '<p class="note">Per hardware and model, the configuration with the highest training throughput.'
+            " Peak memory: the CUDA allocator's peak on GPUs, the process's "
+            "resident peak on CPUs. Every configuration, with spreads and intervals, is in the summary.</p>")
+
+
+# ---------------------------------------------------------------- the index
+
+def _page_label(p: Path) -> str:
+    hardware, _, model = p.stem.partition("__")
+    return f"{model} on {hardware}" if model else p.stem
+
+
+def _pages_table(report: ReportLayout, reports_root: Path) -> str:
+    kinds = (("measurements", report.runs_dir), ("profile", report.profiles_dir), ("tuning", report.tune_dir))
+    stems: dict[str, dict[str, Path]] = {}
+    for kind, folder in kinds:
+        for p in sorted(folder.glob("*.html")):
+            stems.setdefault(p.stem, {})[kind] = p
+    if not stems:
+        return ""
+    shown = [k for k, _ in kinds if any(k in pages for pages in stems.values())]
+    head = "<th>pair</th>" + "".join(f"<th>{k}</th>" for k in shown)
+    body = []
+    for stem in sorted(stems):
+        cells = "".join(
+            f"<td>{link(stems[stem][k], reports_root, f'{_page_label(stems[stem][k])}: {k}')}</td>"
+            if k in stems[stem] else f"<td>{fmt.MISSING}</td>" for k in shown)
+        body.append(f"<tr><td>{html.escape(_page_label(Path(stem)))}</td>{cells}</tr>")
+    return f"<h3>Pages per pair</h3><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _data_list(report: ReportLayout, reports_root: Path) -> str:
+    items = []
+    for copy in sorted(p for p in report.data_dir.glob("*") if p.is_dir()):
+        label = f" ({html.escape(copy.name)})" if len(list(report.data_dir.glob("*"))) > 1 else ""
+        if (copy / "results.csv").exists():
+            columns = link(reports_page(reports_root, "columns"), reports_root, "every column explained")
+            items.append(f"<li>{link(copy / 'results.csv', reports_root, 'results.csv')}{label}: one row per "
+                         f"configuration ({columns})</li>")
+        if (copy / "run_rules.json").exists():
+            items.append(f"<li>{link(copy / 'run_rules.json', reports_root, 'run_rules.json')}{label}: repeats, "
+                         "seeds, warmup and every run that did not count</li>")
+        for sub, what in (("manifests", "Environment manifests"), ("ceilings", "Measured ceilings")):
+            files = sorted((copy / sub).glob("*.json"))
+            if files:
+                links = ", ".join(link(f, reports_root, f.stem) for f in files)
+                items.append(f"<li>{what}{label}: {links}</li>")
+    traces = sorted(report.profiles_dir.glob("*.trace.json.gz"))
+    if traces:
+        links = ", ".join(link(t, reports_root, f"{_page_label(Path(t.name.split('.')[0]))} trace") for t in traces)
+        items.append(f"<li>Profiler traces (gzipped Chrome trace JSON; open in ui.perfetto.dev or "
+                     f"chrome://tracing): {links}</li>")
+    return f"<h3>Data</h3><ul>{''.join(items)}</ul>" if items else ""
+
+
+def study_section(folder: Path, reports_root: Path) -> str | None:
+    """One study's part of the index, or None when the folder has no published page yet."""
+    study = StudyReport.read(folder)
+    report = study.layout
+    summary = report.analysis_notebook("summary").with_suffix(".html")
+    analyses = [(report.analysis_notebook(n).with_suffix(".html"), text)
+                for n, text in (("sweep", "Sweep analysis"), ("tune", "Tuning analysis"))]
+    pages = _pages_table(report, reports_root)
+    if not summary.exists() and not pages:
+        return None
+    description = str(study.meta.get("description") or "")
+    links = [f"<li>{link(summary, reports_root, 'Summary')}: every table and figure of the study</li>"
+             if summary.exists() else "<li>No summary yet.</li>"]
+    links += [f"<li>{link(p, reports_root, text)}</li>" for p, text in analyses if p.exists()]
+    figures = sorted(report.figures_dir.glob("*.png"))
+    fig_items = "".join(f"<li>{link(f, reports_root, f.name)}</li>" for f in figures)
+    return (f'<section id="study-{html.escape(study.name)}"><h2>{html.escape(study.name)}</h2>'
+            + (f'<p class="description">{html.escape(description)}</p>' if description else "")
+            + _summary_line(study.rows) + settings_line(study.rows)
+            + ("<h3>Headline numbers</h3>" + headline_table(study.rows) if not study.rows.empty else "")
+            + f"<h3>Pages</h3><ul>{''.join(links)}</ul>" + pages + _data_list(report, reports_root)
+            + (f"<details><summary>Figures ({len(figures)})</summary><ul>{fig_items}</ul></details>"
+               if figures else "")
+            + "</section>")
+
+
+def index_page(reports_root: Path, study_folders: Iterable[Path], stamp: str) -> str:
+    """``reports/index.html``: what benchlib is, then every study with its headline numbers, pages and data."""
+    sections = [s for s in (study_section(f, reports_root) for f in study_folders) if s]
+    shared = " · ".join(link(reports_page(reports_root, n), reports_root, t) for n, t in SHARED_PAGES.items()
+                        if reports_page(reports_root, n).exists())
+    body = ("<h1>benchlib reports</h1>"
+            "<p>Each study trains and times CNNs on the devices it names, one row per configuration; its summary "
+            "compares them, each pair has a page of its own measurements and, where profiled, where the time of a "
+            f"training step went. Updated {html.escape(stamp)}.</p>"
+            + (f"<p>{shared}</p>" if shared else "")
+            + ("".join(sections) or "<p>No study has been reported yet: run <code>make report</code>.</p>"))
+    return page("benchlib reports", body)
+
+
+def shared_page(title: str, body_html: str, page_path: Path, reports_root: Path) -> str:
+    """A page every study shares (columns, measurement), with the bar back to the index."""
+    return page(title, body_html, nav_bar(page_path.parent, reports_root))
+
+
+__all__: Sequence[str] = ("index_page", "nav_bar", "page", "headline_table", "settings_line", "shared_page")

@@ -1,0 +1,72 @@
+"""The pair and profile pages' tables: human units, nothing that cannot hold a value, failures said in words."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from benchlib.instruments.profiler import BREAKDOWN_CATEGORIES, OPERATOR_COLUMNS, STEP_COLUMNS, ProfileResult
+from benchlib.report import pages
+
+TIME = re.compile(r"[\d.,]+ (µs|ms|s)")
+
+
+def _result(device_us: float = 0.0) -> ProfileResult:
+    ops = pd.DataFrame([{c: 0 for c in OPERATOR_COLUMNS} | {
+        "name": "aten::convolution_backward", "calls": 78, "self_cpu_time_us": 3.42e6, "cpu_time_total_us": 3.5e6,
+        "self_cpu_memory_usage_bytes": -624, "self_device_time_us": device_us}])
+    steps = pd.DataFrame([dict.fromkeys(STEP_COLUMNS, 1000.0) | {"step": s, "step_time_us": 2.83e6} for s in (2, 3)])
+    breakdown = pd.DataFrame({"category": list(BREAKDOWN_CATEGORIES), "time_us": [3060.0, 69.8, 2.04e6, 0.0, 464.0],
+                              "fraction": [0.0015, 0.00003, 0.998, 0.0, 0.0002]})
+    return ProfileResult(ops, ops, ops if device_us else ops.iloc[:0], steps, breakdown, Path("t/trace.json"),
+                         Path("t/tensorboard"), ["a note"])
+
+
+def _cells(df: pd.DataFrame) -> list[str]:
+    return [str(v) for v in df.to_numpy().ravel()]
+
+
+def test_cpu_profile_tables_leave_out_what_a_cpu_cannot_have():
+    result = _result()
+    ops = pages.operators(result.top_by_self_cpu, device=False)
+    assert list(ops.columns) == ["operator", "calls", "self CPU time", "CPU time with children", "self CPU memory"]
+    assert ops.iloc[0].tolist() == ["aten::convolution_backward", "78", "3.42 s", "3.50 s", "-624 B"]
+    steps = pages.steps(result.steps, device=False)
+    assert "h2d_copy" not in steps.columns and all(TIME.fullmatch(v) for v in steps["step time"])
+    shares = pages.breakdown(result, device=False)
+    assert "cpu_exec" not in shares["category"].tolist()
+    assert shares.loc[shares["category"] == "compute", "time per step"].item() == "1.02 s", "per profiled step"
+    assert all(v.endswith("%") for v in shares["share"]) and all(shares["what it covers"])
+
+
+def test_gpu_profile_tables_keep_device_columns():
+    result = _result(device_us=1500.0)
+    ops = pages.operators(result.top_by_self_device, device=True)
+    assert ops["self device time"].tolist() == ["1.50 ms"]
+    assert "cpu_exec" in pages.breakdown(result, device=True)["category"].tolist()
+
+
+def test_profile_page_links_the_trace_published_beside_it(monkeypatch):
+    shown: list = []
+    monkeypatch.setattr(pages, "display", shown.append)
+    pages.profile_page(_result(), "results/x/profiles/p", "cpu", "resnet18")
+    text = "\n".join(getattr(o, "data", "") for o in shown if isinstance(getattr(o, "data", None), str))
+    assert "[Trace of the profiled steps](cpu__resnet18.trace.json.gz)" in text and "- a note" in text
+    assert "/tmp" not in text and "device columns are left out" in text
+
+
+def test_pair_results_read_like_the_report():
+    ok = {"batch_size": 64, "status": "ok", "hardware": "cpu", "train_samples_per_s": 27.713,
+          "train_step_s_median": 0.2881, "train_step_s_iqr": 0.0123, "epoch_s": None, "test_accuracy": 0.1875,
+          "latency_ms_p50": 1.2, "latency_ms_p99": 2.94, "infer_samples_per_s": 164.9, "peak_rss_bytes": 877 * 2**20,
+          "interfered": True, "interference_cpu_pct": 66.7}
+    failed = {"batch_size": 128, "status": "oom", "error": "CPU memory above memory_limit_bytes", "hardware": "cpu"}
+    table = pages.pair_results([ok, failed]).data
+    first = table.iloc[0].to_dict()
+    assert first["training"] == "27.7 samples/s" and first["step time"] == "288 ms (IQR 12.3 ms)"
+    assert first["epoch"] == "\u2013" and first["test accuracy"] == "18.8%"
+    assert first["latency, batch 1 (p50 / p99)"] == "1.20 ms / 2.94 ms" and first["peak memory"] == "877 MiB"
+    assert first["interfered"] == "yes: 66.7% of the CPUs used by others"
+    assert table.iloc[1]["status"] == "oom: CPU memory above memory_limit_bytes"
+    assert not [c for c in _cells(table) if c in ("None", "nan", "NaN")]
