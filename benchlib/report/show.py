@@ -1,0 +1,68 @@
+"""How a table or figure appears in a notebook (and so in the published HTML): one place for it.
+
+Tables are shown as text cells in their units (``cells.readable``), numbers right-aligned, without the
+index; wide ones scroll inside their own box rather than stretching the page, and long ones can sit
+behind a ``<details>`` element the reader opens.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pandas as pd
+from IPython.display import HTML, Markdown, display
+
+from .cells import numeric_columns, readable
+
+TABLE_STYLE = [
+    {"selector": "th", "props": "text-align: left; padding: 2px 8px; font-weight: 600;"},
+    {"selector": "td", "props": "padding: 2px 8px; white-space: nowrap;"},
+]
+
+
+def styled(df: pd.DataFrame, *, text: bool = False) -> Any:
+    """A pandas Styler of ``df`` in readable units (``text``: its cells are text already)."""
+    right = numeric_columns(df)
+    cells = df.astype(str) if text else readable(df)
+    styler = cells.style.hide(axis="index").set_table_styles(TABLE_STYLE)
+    if right:
+        styler = styler.set_properties(subset=right, **{"text-align": "right"})
+    return styler
+
+
+def table_html(df: pd.DataFrame, *, text: bool = False) -> str:
+    """The table's HTML inside a box that scrolls sideways when the table is wider than the page."""
+    return f'<div style="overflow-x: auto; max-width: 100%;">{styled(df, text=text).to_html()}</div>'
+
+
+def table(df: pd.DataFrame, empty_message: str = "", *, text: bool = False) -> Any:
+    """A notebook output for ``df``: the table, or ``empty_message`` in italics when it has no rows."""
+    if df.empty:
+        return Markdown(f"*{empty_message}*") if empty_message else Markdown("")
+    return HTML(table_html(df, text=text))
+
+
+def collapsible(summary: str, body_html: str) -> HTML:
+    """A ``<details>`` block: ``summary`` shown, ``body_html`` behind a click."""
+    return HTML(f"<details><summary>{html.escape(summary)}</summary>{body_html}</details>")
+
+
+def collapsed_table(summary: str, df: pd.DataFrame) -> None:
+    """A table behind a click (the full configurations table, the roof table), nothing when it is empty."""
+    if not df.empty:
+        display(collapsible(summary, table_html(df)))
+
+
+def heading(text: str, level: int = 2) -> None:
+    display(Markdown(f"{'#' * level} {text}"))
+
+
+def figure(fig: Any) -> bool:
+    """Show a figure (already saved as PNG by ``plots``) and free it; False when there was none."""
+    if fig is None:
+        return False
+    import matplotlib.pyplot as plt
+
+    display(fig)
+    plt.close(fig)
+    return True
