@@ -126,6 +126,12 @@ def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():
     assert "bs256 oom" in lines[0]
 
 
+def test_a_variant_that_trains_nothing_has_no_batch_size_finding():
+    rows = [_row("q16", batch_size=16, variant="cpu-quantized"), _row("q64", batch_size=64, variant="cpu-quantized")]
+    df, reader = _frame(rows, {})
+    assert findings.batch_sizes(df, reader) == []
+
+
 def test_roofline_placement_compute_or_memory_bound_and_fraction():
     assert bound(50.0, 100e9, 10e9) == "compute" and bound(5.0, 100e9, 10e9) == "memory"
     assert bound(5.0, None, 10e9) is None

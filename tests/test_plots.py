@@ -51,7 +51,7 @@ def test_step_times_in_ms_warmup_first_and_legend_outside(tmp_path):
 
 
 def _roof_labels(ax) -> list[str]:
-    return [line.get_label() for line in ax.get_lines() if "roof" in line.get_label()]
+    return [line.get_label() for line in ax.get_lines() if " roof: " in line.get_label()]
 
 
 def test_device_roofline_draws_only_the_dtypes_with_points_and_their_values(tmp_path):
@@ -59,12 +59,22 @@ def test_device_roofline_draws_only_the_dtypes_with_points_and_their_values(tmp_
     (fig,) = plots_roofline.device_rooflines(df, [_ceilings()], tmp_path)
     labels = _roof_labels(fig.axes[0])
     assert labels == ["measured fp32 roof: 100 GFLOP/s, 10.0 GB/s, ridge 10.0 FLOP/byte"]
-    point_colours = {to_hex(line.get_color()) for line in fig.axes[0].get_lines() if "roof" not in line.get_label()}
+    point_colours = {to_hex(line.get_color()) for line in fig.axes[0].get_lines() if " roof: " not in line.get_label()}
     assert point_colours == {plots.OKABE_ITO[0].lower(), plots.OKABE_ITO[1].lower()}
     df_bf16 = pd.DataFrame([_row(), _row(run_id="b", roof_dtype="bf16", variant="cpu-bf16")])
     (fig,) = plots_roofline.device_rooflines(df_bf16, [_ceilings()], tmp_path)
     assert [label.split(":")[0] for label in _roof_labels(fig.axes[0])] == ["measured fp32 roof", "measured bf16 roof"]
     assert (tmp_path / "roofline__m__cpu.png").exists()
+
+
+def test_a_point_without_a_measured_roof_is_hollow_and_says_so(tmp_path):
+    df = pd.DataFrame([_row(), _row(run_id="q", roof_dtype="int8", variant="cpu-quantized")])
+    (fig,) = plots_roofline.device_rooflines(df, [_ceilings()], tmp_path)
+    ax = fig.axes[0]
+    assert [label.split(":")[0] for label in _roof_labels(ax)] == ["measured fp32 roof"]
+    quantized = [line for line in ax.get_lines() if line.get_label().startswith("resnet18 cpu-quantized")]
+    assert quantized and all("int8: no measured roof" in line.get_label() for line in quantized)
+    assert all(line.get_markerfacecolor() == "none" for line in quantized)
 
 
 def test_a_device_without_points_and_a_model_on_one_device_draw_nothing(tmp_path):

@@ -55,7 +55,7 @@ def _throughput(value: float) -> str:
 
 
 def _where(rows: pd.DataFrame) -> str:
-    """'cpu, bs64' (and the variant where the study has several)."""
+    """'cpu, bs64': where a configuration ran."""
     first = rows.iloc[0]
     return f"{first['device']}, bs{int(first['batch_size'])}"
 
@@ -334,7 +334,9 @@ def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[st
     for (device, model, variant), rows in good.groupby(["device", "model", "variant"], sort=True):
         if rows["batch_size"].nunique() < 2:
             continue
-        best = _best_per(rows, "model")[model]
+        best = _best_per(rows, "model").get(model)
+        if best is None:  # a variant that trains nothing (quantized): no training throughput to compare
+            continue
         same = _like(rows, best)
         smallest = same[same["batch_size"] == same["batch_size"].min()]
         batch, low = int(best["batch_size"].iloc[0]), int(smallest["batch_size"].iloc[0])

@@ -35,7 +35,7 @@ def bound(intensity: float | None, peak_flops_per_s: float | None, bandwidth_byt
     return "compute" if intensity >= peak_flops_per_s / bandwidth_bytes_per_s else "memory"
 
 
-def _placement(row: Mapping[str, Any]) -> str | None:
+def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
     peak, bandwidth = _num(row.get("roof_peak_flops_per_s")), _num(row.get("roof_bandwidth_bytes_per_s"))
     intensity = _num(row.get("train_arithmetic_intensity"))
     kind = bound(intensity, peak, bandwidth)
@@ -47,7 +47,7 @@ def _placement(row: Mapping[str, Any]) -> str | None:
             f"{kind}-bound: {fmt.significant(intensity)} FLOP/byte against a ridge at "
             f"{fmt.significant(peak / bandwidth)}, reaching {fmt.percent_text(fraction)} of its {dtype} roof "
             f"({fmt.flops_text(row.get('achieved_train_flops_per_s'))} of "
-            f"{fmt.flops_text(row.get('train_roof_flops_per_s'))})")
+            f"{fmt.flops_text(row.get('train_roof_flops_per_s'))}){spread}")
     infer_fraction, infer_intensity = _num(row.get("infer_roof_fraction")), _num(row.get("arithmetic_intensity"))
     infer_kind = bound(infer_intensity, peak, bandwidth)
     if infer_fraction is not None and infer_kind is not None:
@@ -66,14 +66,14 @@ def roofline_sentences(good: pd.DataFrame) -> list[str]:
     lines = []
     for _, grp in rows.groupby(["device", "model", "variant"], sort=True):
         best = grp.loc[pd.to_numeric(grp["train_samples_per_s"], errors="coerce").idxmax()]
-        text = _placement(best.to_dict())
-        if text is None:
-            continue
+        spread = ""
         if grp["batch_size"].nunique() > 1:
             fractions = pd.to_numeric(grp["roof_fraction"], errors="coerce")
-            text = (text[:-1] + f" (from {fmt.percent_text(fractions.min())} to {fmt.percent_text(fractions.max())} "
-                    f"over bs{int(grp['batch_size'].min())}-{int(grp['batch_size'].max())}).")
-        lines.append(text)
+            spread = (f", and from {fmt.percent_text(fractions.min())} to {fmt.percent_text(fractions.max())} over "
+                      f"bs{int(grp['batch_size'].min())}-{int(grp['batch_size'].max())}")
+        text = _placement(best.to_dict(), spread)
+        if text is not None:
+            lines.append(text)
     return lines
 
 

@@ -29,11 +29,7 @@ HEADLINE: dict[str, tuple[str, Callable[[Any], str]]] = {
     "train energy (J/sample)": ("train_energy_j_per_sample", fmt.significant),
 }
 # why a figure may be missing: row column -> the column that says why
-REASONS = {
-    "train_energy_j_per_sample": "train_energy_unmeasurable",
-    "train_samples_per_s": "weights_trained_by",
-    "test_accuracy": "error",
-}
+REASONS = {"train_energy_j_per_sample": "train_energy_unmeasurable"}
 
 
 def memory_above_baseline(df: pd.DataFrame) -> pd.Series:
@@ -74,13 +70,31 @@ def _flags(rows: pd.DataFrame) -> str:
     return ", ".join(out)
 
 
+GENERIC_REASON = "not measured for this configuration"
+
+
 def _reason(rows: pd.DataFrame, column: str) -> str:
+    """Why ``column`` has no value in ``rows``: the row's own reason column where it has one."""
+    trained_by = rows["weights_trained_by"].dropna() if "weights_trained_by" in rows else pd.Series(dtype=str)
+    if column.startswith("train_") and not trained_by.astype(str).str.strip().eq("").all():
+        return "it trains nothing: it evaluates the weights another configuration trained"
     why = REASONS.get(column)
     values = [str(v) for v in rows[why].dropna()] if why and why in rows else []
     values = [v for v in values if v.strip() and v.lower() not in ("nan", "none")]
-    if column == "train_samples_per_s" and values:
-        return "evaluates weights another configuration trained"
-    return values[0] if values else "not measured for this configuration"
+    return values[0] if values else GENERIC_REASON
+
+
+def _notes(missing: dict[str, dict[str, int]], total: int, empty: list[str]) -> list[str]:
+    """One line per column with missing values: where and why (a specific reason hides the generic one)."""
+    notes = []
+    for shown, reasons in missing.items():
+        named = {r: n for r, n in reasons.items() if r != GENERIC_REASON} or reasons
+        why = "; ".join(named)
+        if shown in empty:
+            notes.append(f"{shown}: not measured in any configuration ({why})")
+        else:
+            notes.append(f"{shown}: {fmt.MISSING} in {sum(reasons.values())} of {total} configurations ({why})")
+    return notes
 
 
 def headline_table(df: pd.DataFrame) -> Headline:
@@ -91,7 +105,7 @@ def headline_table(df: pd.DataFrame) -> Headline:
     good = good.assign(device=device_label(good), config=config_key(good["run_id"].astype(str)),
                        memory_above_baseline_bytes=memory_above_baseline(good))
     records: list[dict[str, Any]] = []
-    missing: dict[tuple[str, str], list[str]] = {}
+    missing: dict[str, dict[str, int]] = {}
     seeds = good.groupby(["device", "config"])["run_id"].count().max() > 1
     for (device, _), rows in sorted(good.groupby(["device", "config"]), key=lambda item: (
             str(item[1]["model"].iloc[0]), item[0][0], str(item[1]["variant"].iloc[0]),
@@ -105,14 +119,14 @@ def headline_table(df: pd.DataFrame) -> Headline:
             value = pd.to_numeric(rows[column], errors="coerce").median() if column in rows else float("nan")
             rec[shown] = text(value)
             if rec[shown] == fmt.MISSING:
-                missing.setdefault((shown, _reason(rows, column)), []).append(first["model"])
+                reasons = missing.setdefault(shown, {})
+                why = _reason(rows, column)
+                reasons[why] = reasons.get(why, 0) + 1
         rec["flags"] = _flags(rows) or fmt.MISSING
         records.append(rec)
     table = pd.DataFrame(records)
     empty = [c for c in HEADLINE if (table[c] == fmt.MISSING).all()]
-    notes = [f"{shown}: not measured in any configuration ({why})" if shown in empty
-             else f"{shown} {fmt.MISSING}: {why} ({len(names)} of {len(table)} configurations)"
-             for (shown, why), names in missing.items()]
+    notes = _notes(missing, len(table), empty)
     table = table.drop(columns=empty + (["flags"] if (table["flags"] == fmt.MISSING).all() else []))
     return Headline(table, notes)
 
@@ -134,29 +148,39 @@ def _listed(values: list[Any]) -> str:
     return ", ".join([fmt.value_text(v) for v in numbers] + texts) or fmt.MISSING
 
 
-def settings_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The study's grid and the settings every configuration ran with (``varies`` where they differ).
+def _setting_text(value: Any) -> str:
+    """A setting as it was given (settings are inputs, not measurements: no rounding)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
 
-    Columns ``setting`` and ``value``; the grid first, then the common training and timing settings, then
-    every other setting with a value.
+
+def settings_table(df: pd.DataFrame, main: bool = True) -> pd.DataFrame:
+    """The study's grid and the settings its configurations ran with (``varies`` where they differ).
+
+    ``main``: the grid and the training and timing settings a reader looks for first; else every other
+    setting with a value. Columns ``setting`` and ``value``.
     """
     if df.empty:
         return pd.DataFrame(columns=["setting", "value"])
     rows: list[dict[str, str]] = []
-    for column, name in GRID.items():
-        if column in df:
-            rows.append({"setting": name, "value": _listed(df[column].dropna().tolist())})
+    if main:
+        rows += [{"setting": name, "value": _listed(df[column].dropna().tolist())}
+                 for column, name in GRID.items() if column in df]
     parsed = [json.loads(s) for s in df.get("settings_json", pd.Series(dtype=str)).dropna()
               if isinstance(s, str) and s.startswith("{")]
     settings = pd.DataFrame(parsed)
-    shown = set(GRID)
-    keys = [k for k in FIRST if k in settings] + sorted(k for k in settings if k not in FIRST)
+    keys = [k for k in FIRST if k in settings] if main else sorted(k for k in settings if k not in FIRST)
     for key in keys:
-        if key in shown:
+        if key in GRID:
             continue
         values = [v for v in settings[key].tolist() if v is not None and not (isinstance(v, float) and pd.isna(v))]
         if not values:
             continue
-        texts = {json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else fmt.value_text(v) for v in values}
-        rows.append({"setting": key, "value": ", ".join(sorted(texts)) + (" (varies)" if len(texts) > 1 else "")})
+        texts = sorted({_setting_text(v) for v in values})
+        rows.append({"setting": key, "value": ", ".join(texts) + (" (varies)" if len(texts) > 1 else "")})
     return pd.DataFrame(rows, columns=["setting", "value"])

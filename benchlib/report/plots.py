@@ -85,14 +85,15 @@ def metric_bars(df: pd.DataFrame, metric: str, figures_dir: str | Path) -> plt.F
         values = values * 100
     good = good.assign(value=values)
     hues = sorted(good["device"].unique())
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(5.6, 3.2))
     sns.barplot(data=good, x="model", y="value", hue="device", hue_order=hues, ax=ax, errorbar=("pi", 50),
-                palette=palette(len(hues)))
+                palette=palette(len(hues)), legend=len(hues) > 1)
     label = METRIC_LABELS.get(metric, metric)
-    ax.set_ylabel(label)
+    ax.set_ylabel(label, fontsize=8)
     ax.set_xlabel("")
-    ax.set_title(memory_label(good) if metric == MEMORY_METRIC else label, fontsize=10)
-    legend_outside(ax, title="device" if len(hues) > 1 else None)
+    title = memory_label(good) if metric == MEMORY_METRIC else label
+    ax.set_title(title if len(hues) > 1 else f"{title}, {hues[0]}", fontsize=9, wrap=True)
+    legend_outside(ax)
     fig.tight_layout()
     save(fig, figures_dir, metric)
     return fig
@@ -172,8 +173,9 @@ def top_operators(profile: dict[str, Any], figures_dir: str | Path, n: int = 12)
     if table.empty:
         return None
     top = table.nlargest(n, col).iloc[::-1]
-    fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.32 * len(top)))
+    fig, ax = plt.subplots(figsize=(5.2, 0.6 + 0.3 * len(top)))
     ax.barh(top["name"], top[col] / 1000.0, color=OKABE_ITO[0])
+    ax.tick_params(axis="y", labelsize=8)
     ax.set_xlabel(col.replace("_time_us", "").replace("_", " ") + " time (ms, summed over the profiled steps)")
     ax.set_title(
         f"top operators: {profile['machine']}:{profile['hardware']} {profile['model']} bs{profile['batch_size']}",
@@ -190,6 +192,9 @@ def batch_sweep(df: pd.DataFrame, figures_dir: str | Path) -> plt.Figure | None:
     data = df.copy()
     data["device"] = device_label(data)
     data["curve"] = data["model"] + " @ " + data["device"]
+    for knob, word in (("variant", ""), ("threads", " threads"), ("num_workers", " workers")):
+        if knob in data and data[knob].nunique() > 1:  # one curve per swept setting, never an average over it
+            data["curve"] = data["curve"] + ", " + data[knob].astype(str) + word
     good = data[data["status"] == "ok"].copy()
     good["memory_mib"] = memory_above_baseline(good) / 2**20
     good["step_ms"] = pd.to_numeric(good["train_step_s_median"], errors="coerce") * 1000
@@ -241,7 +246,8 @@ def scaling(table: pd.DataFrame, knob: str, figures_dir: str | Path) -> plt.Figu
     return fig
 
 
-PHASE_COLOURS = {"train": OKABE_ITO[5], "eval": OKABE_ITO[2], "latency": OKABE_ITO[1], "infer": OKABE_ITO[4]}
+# pale fills that no line colour of the panels (blue, orange) is confused with
+PHASE_COLOURS = {"train": OKABE_ITO[5], "eval": OKABE_ITO[2], "latency": OKABE_ITO[4], "infer": OKABE_ITO[7]}
 
 
 def _phases(frame: pd.DataFrame) -> list[tuple[str, float, float]]:
@@ -275,7 +281,7 @@ def telemetry_timeline(frame: pd.DataFrame, title: str, figures_dir: str | Path,
         return None
     panels = _telemetry_panels(frame)
     phases = _phases(frame)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.9 * len(panels)), sharex=True)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(5.2, 1.6 * len(panels)), sharex=True)
     for ax, (label, series) in zip(np.atleast_1d(axes), panels):
         for i, (col, legend) in enumerate(series):
             values = pd.to_numeric(frame[col], errors="coerce") if col in frame else pd.Series(dtype=float)

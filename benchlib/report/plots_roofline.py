@@ -18,7 +18,7 @@ from ..roofline.ceilings import Ceilings
 from ..roofline.datasheet import datasheet_for
 from . import fmt
 from .plots import OKABE_ITO, legend_outside, palette, save
-from .tables import ceilings_device, device_label, ok_rows
+from .tables import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
 
 DTYPE_STYLES = {"fp32": "-", "tf32": (0, (5, 1)), "bf16": "--", "fp16": "-.", "int8": ":"}
 _INTENSITY_RANGE = (0.1, 2000.0)
@@ -64,17 +64,24 @@ def _roof_axes(title: str) -> tuple[plt.Figure, plt.Axes]:
     return fig, ax
 
 
-def _draw_points(ax: plt.Axes, rows: pd.DataFrame, colours: dict[str, Any], group: str, annotate_batch: bool) -> None:
-    """Training (circles) and inference (triangles) points; a group's batch sizes joined by a line."""
+def _draw_points(ax: plt.Axes, rows: pd.DataFrame, colours: dict[str, Any], roofed: set[str],
+                 annotate_batch: bool) -> None:
+    """Training (circles) and inference (triangles) points per ``series``, its batch sizes joined by a line.
+
+    A point whose dtype has no measured roof (int8 on a CPU) is hollow and says so: it has nothing to sit under.
+    """
     for kind, x_col, y_col, marker in _POINTS:
         if x_col not in rows or y_col not in rows:
             continue
-        for name, grp in rows.groupby(group):
+        for (name, dtype), grp in rows.groupby(["series", "dtype"]):
             grp = grp[grp[x_col].notna() & grp[y_col].notna()].sort_values("batch_size")
             if grp.empty:
                 continue
+            hollow = dtype not in roofed
             ax.plot(grp[x_col], grp[y_col], marker=marker, linestyle="-" if len(grp) > 1 else "none",
-                    color=colours[name], label=f"{name} ({kind})", markersize=7, linewidth=1)
+                    color=colours[name], markerfacecolor="none" if hollow else colours[name],
+                    label=f"{name} ({kind}" + (f"; {dtype}: no measured roof)" if hollow else ")"), markersize=7,
+                    linewidth=1)
             for _, r in grp.iterrows():
                 if annotate_batch:
                     ax.annotate(f"bs{int(r['batch_size'])}", (r[x_col], r[y_col]), fontsize=7,
@@ -82,6 +89,14 @@ def _draw_points(ax: plt.Axes, rows: pd.DataFrame, colours: dict[str, Any], grou
                 if bool(r.get("above_roof")):
                     ax.annotate("above roof: measurement error", (r[x_col], r[y_col]), color=OKABE_ITO[3],
                                 fontsize=8)
+
+
+def _series(rows: pd.DataFrame, name: pd.Series) -> pd.DataFrame:
+    """``rows`` with the ``series`` each point belongs to (the variant added where there are several) and its dtype."""
+    if rows["variant"].nunique() > 1:
+        name = name.astype(str) + " " + rows["variant"].astype(str)
+    dtype = rows["roof_dtype"].fillna("fp32").astype(str) if "roof_dtype" in rows else "fp32"
+    return rows.assign(series=name.astype(str), dtype=dtype)
 
 
 def _rows_of(good: pd.DataFrame, ceil: Ceilings) -> pd.DataFrame:
@@ -93,8 +108,11 @@ def _rows_of(good: pd.DataFrame, ceil: Ceilings) -> pd.DataFrame:
 def device_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str | Path) -> list[plt.Figure]:
     """One roofline per measured device that has points: its roofs of those points' dtypes, every workload a point."""
     good = ok_rows(df)
-    models = sorted(good["model"].unique()) if not good.empty else []
-    colours = dict(zip(models, palette(len(models))))
+    if good.empty:
+        return []
+    good = _series(good, good["model"])
+    names = sorted(good["series"].unique())
+    colours = dict(zip(names, palette(len(names))))
     figures = []
     for ceil in ceilings:
         rows = _rows_of(good, ceil)
@@ -114,7 +132,8 @@ def device_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: st
                 _draw_roof(ax, sheet_peak, sheet["bandwidth_bytes_per_s"], span,
                            roof_label(dtype, sheet_peak, sheet["bandwidth_bytes_per_s"], source),
                            color="#999999", linestyle=DTYPE_STYLES.get(dtype, "-"), linewidth=1)
-        _draw_points(ax, rows, colours, "model", annotate_batch=rows["batch_size"].nunique() > 1)
+        _draw_points(ax, rows, colours, {d for d, p in ceil.peak_flops_per_s.items() if p},
+                     annotate_batch=rows["batch_size"].nunique() > 1)
         legend_outside(ax)
         fig.tight_layout()
         save(fig, figures_dir, f"roofline__{ceil.machine}__{ceil.device.replace(':', '')}")
@@ -123,11 +142,14 @@ def device_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: st
 
 
 def model_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str | Path) -> list[plt.Figure]:
-    """Per model that ran on two devices or more: each device's roofs and the model's points, one colour each."""
+    """Per model that ran on two devices or more: each device's roofs and the model's points, one colour each (the
+    default variants where there are several)."""
     good = ok_rows(df)
     figures: list[plt.Figure] = []
     if good.empty or not ceilings:
         return figures
+    if good["variant"].nunique() > 1 and good["variant"].isin(BASELINE_VARIANTS).any():
+        good = good[good["variant"].isin(BASELINE_VARIANTS)]  # like with like: each device's default
     keys = [f"{c.machine}:{c.device}" for c in ceilings]
     colours = dict(zip(keys, palette(len(keys))))
     for model, rows in good.groupby("model"):
@@ -146,7 +168,9 @@ def model_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str
                     _draw_roof(ax, peak, ceil.bandwidth_bytes_per_s, span,
                                f"{key} " + roof_label(dtype, peak, ceil.bandwidth_bytes_per_s, "").strip(),
                                color=colours[key], linestyle=DTYPE_STYLES.get(dtype, "-"), linewidth=1.5)
-            _draw_points(ax, mine[key].assign(device=key), colours, "device",
+            points = _series(mine[key], pd.Series(key, index=mine[key].index))
+            _draw_points(ax, points, {n: colours[key] for n in points["series"].unique()},
+                         {d for d, p in ceil.peak_flops_per_s.items() if p},
                          annotate_batch=mine[key]["batch_size"].nunique() > 1)
         legend_outside(ax)
         fig.tight_layout()

@@ -6,6 +6,7 @@ the findings' last line says what the study did not run.
 """
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -44,8 +45,12 @@ def load(results_dirs: Iterable[str]) -> pd.DataFrame:
 
 
 def _drop_empty(df: pd.DataFrame) -> pd.DataFrame:
-    """Columns with no value in any row left out (GPU columns on a CPU-only study)."""
-    return df.dropna(axis="columns", how="all")
+    """Columns with no value in any row left out (GPU columns on a CPU-only study), and the machine where the
+    rows come from one."""
+    out = df.dropna(axis="columns", how="all")
+    if "machine" in out and out["machine"].nunique() <= 1:
+        out = out.drop(columns="machine")
+    return out
 
 
 def heading(title: str, df: pd.DataFrame) -> Markdown:
@@ -78,7 +83,7 @@ def results(df: pd.DataFrame) -> None:
                      f"latency of one image (batch 1); {headline.memory_label(df)}; energy per training sample."))
     display(show.table(table.table, text=True))
     if table.notes:
-        display(Markdown(f"{fmt.MISSING} " + "; ".join(table.notes) + "."))
+        display(Markdown("Missing figures (" + fmt.MISSING + "):\n\n" + "\n".join(f"- {n}" for n in table.notes)))
     full = report.pair_table(df)
     show.collapsed_table(f"Every configuration, all headline columns ({len(full)} rows; raw values in "
                          "results.csv)", full)
@@ -91,6 +96,7 @@ def how_it_was_run(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     dirs = list(results_dirs)
     show.heading("How it was run")
     display(show.table(headline.settings_table(df), text=True))
+    show.collapsed_table("Every other setting", headline.settings_table(df, main=False), text=True)
     rules = report_rules.run_rules(df, report_rules.superseded_rows(dirs))
     display(Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs))))
 
@@ -101,8 +107,7 @@ def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
     figures = [plots.metric_bars(df, m, figures_dir) for m in metrics]
     if any(f is not None for f in figures):
         show.heading("Throughput, latency, memory and accuracy")
-        for fig in figures:
-            show.figure(fig)
+        show.figures(figures)
 
 
 def speedups(df: pd.DataFrame) -> None:
@@ -120,8 +125,9 @@ def variants(df: pd.DataFrame) -> None:
     if table.empty:
         return
     show.heading("Optimization variants")
-    display(Markdown(f"Each variant against its device's default (> 1: better), with {INTERVAL_NOTE}"))
-    display(show.table(table[[c for c in VARIANT_COLUMNS if c in table]]))
+    display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better), with {INTERVAL_NOTE}"))
+    table = table[table["variant"] != table["baseline"]]
+    display(show.table(_drop_empty(table[[c for c in VARIANT_COLUMNS if c in table]])))
     quant = report.ok_rows(df)
     if "quantization" in quant and (quant["quantization"] != "none").any():
         cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
@@ -140,7 +146,7 @@ def device_scaling(df: pd.DataFrame, figures_dir: str) -> None:
     show.heading("Data-parallel scaling")
     show.figure(plots.scaling(table, "world_size", figures_dir))
     display(Markdown(f"Speedup against one process, with {INTERVAL_NOTE}"))
-    display(show.table(table))
+    display(show.table(_scaling_shown(table)))
 
 
 REPEAT_LABELS = {"train_samples_per_s": "train (samples/s)", "latency_ms_p50": "latency p50 (ms)",
@@ -187,15 +193,14 @@ def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -
     figures = (plots_roofline.device_rooflines(df, ceilings, figures_dir)
                + plots_roofline.model_rooflines(df, ceilings, figures_dir)
                + [plots_roofline.batch_effect(df, figures_dir)])
-    for fig in figures:
-        show.figure(fig)
+    show.figures(figures)
     flagged = report.above_roof_rows(df)
     if not flagged.empty:
         display(Markdown(f"**{len(flagged)} point(s) lie above their roof: a measurement error, not a finding.**"))
-        display(show.table(flagged))
+        display(show.table(_drop_empty(flagged)))
     else:
         display(Markdown("No point lies above its roof."))
-    show.collapsed_table("Where every configuration sits under its roof", report.roof_table(df))
+    show.collapsed_table("Where every configuration sits under its roof", _drop_empty(report.roof_table(df)))
     show.collapsed_table("Measured ceilings", pd.DataFrame([
         {"machine": c.machine, "device": c.device, "device_name": c.device_name,
          **{f"peak_{k}_flops_per_s": v for k, v in c.peak_flops_per_s.items()},
@@ -211,25 +216,26 @@ def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
     display(Markdown("From `torch.profiler` over a few training steps of each profiled pair: the share of the step "
                      "spent loading data, copying memory, computing, and executing on the CPU side."))
     show.figure(plots.profile_breakdowns(found_profiles, figures_dir))
-    for p in found_profiles:
-        show.figure(plots.top_operators(p, figures_dir))
-        if p.get("notes"):
-            display(Markdown(f"*{p['model']} on {p['hardware']}:* " + " ".join(p["notes"])))
+    show.figures([plots.top_operators(p, figures_dir) for p in found_profiles])
+    notes = [f"<li><i>{html.escape(str(p['model']))} on {html.escape(str(p['hardware']))}:</i> "
+             f"{html.escape(' '.join(map(str, p['notes'])))}</li>" for p in found_profiles if p.get("notes")]
+    if notes:
+        display(show.collapsible("How the profiler's times were attributed", f"<ul>{''.join(notes)}</ul>"))
 
 
 def telemetry_timelines(good: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int) -> int:
-    """Up to ``max_timelines`` telemetry time series of successful rows drawn; how many were."""
-    shown = 0
+    """Up to ``max_timelines`` telemetry time series of successful rows drawn side by side; how many were."""
+    figures: list[Any] = []
     for d in results_dirs:
         mine = good[good["results_dir"] == str(d)] if "results_dir" in good else good.iloc[0:0]
         for _, row in mine.iterrows():
             path = ResultsLayout.of(d).telemetry_path(str(row["machine"]), str(row["run_id"]))
-            if shown >= max_timelines or not path.exists():
+            if len(figures) >= max_timelines or not path.exists():
                 continue
-            shown += show.figure(plots.telemetry_timeline(
+            figures.append(plots.telemetry_timeline(
                 pd.read_csv(path), f"{row['model']} on {row['machine']}:{row['hardware']}, bs{row['batch_size']}, "
                 f"{row['variant']}", figures_dir, f"telemetry__{key_of(row)}"))
-    return shown
+    return show.figures(figures)
 
 
 def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int = 8) -> None:
@@ -257,7 +263,17 @@ def failures(df: pd.DataFrame) -> None:
     if table.empty:
         return
     show.heading("Failed and skipped configurations")
-    display(show.table(table))
+    display(show.table(_drop_empty(table)))
+
+
+COMPLEXITY_SHOWN = ["model", "batch_size", "params", "macs_per_sample", "flops_per_sample", "train_flops_per_sample",
+                    "model_size_bytes", "arithmetic_intensity", "train_arithmetic_intensity"]
+
+
+def _scaling_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """A scaling table as read: the ratio with its interval and verdict in one column, not four."""
+    shown = table.drop(columns=["speedup", "ci_low", "ci_high", "verdict"], errors="ignore")
+    return _drop_empty(shown.rename(columns={"speedup_text": "speedup [95% interval]"}))
 
 
 def complexity(df: pd.DataFrame) -> None:
@@ -269,7 +285,8 @@ def complexity(df: pd.DataFrame) -> None:
     display(Markdown("MACs and FLOPs under their own names (a multiply-accumulate is 2 FLOPs); training FLOPs count "
                      "forward and backward. Bytes moved: weights once per batch plus every layer's input and output "
                      "activations (and gradients in training), so intensity grows with the batch size."))
-    display(show.table(table))
+    display(show.table(table[[c for c in COMPLEXITY_SHOWN if c in table]]))
+    show.collapsed_table("Every counted figure (bytes moved, activations, uncounted operators)", table)
 
 
 def manifest_table(results_dirs: Iterable[str]) -> pd.DataFrame:
@@ -299,13 +316,13 @@ def sweep(df: pd.DataFrame, figures_dir: str) -> None:
     figures: list[Any] = [plots.batch_sweep(df, figures_dir)]
     show.heading("Batch size, threads and workers")
     if not summary.empty:
-        display(show.table(summary))
+        display(show.table(_drop_empty(summary)))
     for knob in ("threads", "num_workers", "world_size"):
         table = report.scaling_table(df, knob)
         if not table.empty:
             show.heading(f"Scaling with {knob}", 3)
             display(Markdown(f"Speedup against the smallest {knob}, with {INTERVAL_NOTE}"))
-            display(show.table(table))
+            display(show.table(_scaling_shown(table)))
             figures.append(plots.scaling(table, knob, figures_dir))
     if not sum(show.figure(fig) for fig in figures):
         display(Markdown("*Nothing was swept: give several batch sizes, or `sweep: {threads: [...]}`.*"))
