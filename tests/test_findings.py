@@ -90,6 +90,14 @@ def test_the_fastest_model_and_the_most_accurate_are_named():
     assert any("mobilenet_v2 is the most accurate: 95.0%" in line and "resnet18 91.0%" in line for line in lines)
 
 
+def test_where_the_samples_rank_two_models_the_other_way_the_samples_win():
+    df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.10, "b": 0.05})
+    df.loc[df["run_id"] == "a", "train_samples_per_s"] = 5000.0  # a row figure the samples do not bear out
+    (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]
+    assert train.startswith("mobilenet_v2 trains fastest on cpu") and "faster than resnet18" in train
+    assert _ratio(train) == pytest.approx(2.0, rel=0.05)
+
+
 def test_two_models_with_the_same_speed_are_the_same():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.0501})
     (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]

@@ -7,7 +7,7 @@ one line. Warnings (interfered, noisy, above the roof) come first: a reader must
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +193,24 @@ def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparis
     return f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {c.verdict} than {other} ({theirs})."
 
 
+def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader, name: Callable[[pd.DataFrame], str],
+            verb: tuple[str, str], where: str, value: Callable[[pd.DataFrame], str]) -> str:
+    """``a`` (ranked first by its rows' figures) against ``b``, as a sentence.
+
+    The ratio comes from the raw samples; where their medians rank the two the other way (a noisy run), the
+    samples win and the sides are swapped, so the sentence never calls the slower one fastest.
+    """
+    c = compare_rows(a, b, metric, reader)
+    if np.isfinite(c.ratio) and c.ratio < 1:
+        a, b = b, a
+        c = compare_rows(a, b, metric, reader)
+    return _claim(name(a), name(b), verb, where, c, value(a), value(b))
+
+
+def _column(column: str, prefix: str = "") -> Callable[[pd.DataFrame], str]:
+    return lambda rows: f"{prefix}{rows[column].iloc[0]}"
+
+
 def _samples_per_s(rows: pd.DataFrame, batch: bool = False) -> str:
     text = _throughput(_median(rows, "train_samples_per_s"))
     return f"{text} at bs{int(rows['batch_size'].iloc[0])}" if batch else text
@@ -220,17 +238,13 @@ def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
         runner = rows[(rows["device"] == ranked[1]["device"].iloc[0]) & (rows["batch_size"] == batch)]
         if runner.empty:
             continue
-        c = compare_rows(best, runner, "train_samples_per_s", reader)
-        lines.append(_claim(str(best["device"].iloc[0]), str(runner["device"].iloc[0]),
-                            (f"trains {model}", f"train {model}"), f" (bs{batch})", c, _samples_per_s(best),
-                            _samples_per_s(runner)))
+        lines.append(_versus(best, runner, "train_samples_per_s", reader, _column("device"),
+                             (f"trains {model}", f"train {model}"), f" (bs{batch})", _samples_per_s))
         lat = sorted(_best_per(rows, "device", "latency_ms_p50", higher=False).values(),
                      key=lambda r: _median(r, "latency_ms_p50"))
         if len(lat) > 1:
-            c = compare_rows(lat[0], lat[1], "latency_ms_p50", reader)
-            lines.append(_claim(str(lat[0]["device"].iloc[0]), str(lat[1]["device"].iloc[0]),
-                                (f"answers one {model} image", f"answer one {model} image"), "", c,
-                                _latency(lat[0]), _latency(lat[1])))
+            lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("device"),
+                                 (f"answers one {model} image", f"answer one {model} image"), "", _latency))
     return lines
 
 
@@ -252,16 +266,13 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
             continue
         if ranked:
             top, second = ranked[0], ranked[1]
-            c = compare_rows(top, second, "train_samples_per_s", reader)
-            lines.append(_claim(str(top["model"].iloc[0]), str(second["model"].iloc[0]), ("trains", "train"),
-                                f" on {device}", c, _samples_per_s(top, True), _samples_per_s(second, True)))
+            lines.append(_versus(top, second, "train_samples_per_s", reader, _column("model"), ("trains", "train"),
+                                 f" on {device}", lambda r: _samples_per_s(r, True)))
         lat = sorted(_best_per(rows, "model", "latency_ms_p50", higher=False).values(),
                      key=lambda r: _median(r, "latency_ms_p50"))
         if len(lat) > 1:
-            c = compare_rows(lat[0], lat[1], "latency_ms_p50", reader)
-            lines.append(_claim(str(lat[0]["model"].iloc[0]), str(lat[1]["model"].iloc[0]),
-                                ("answers one image", "answer one image"), f" on {device}", c, _latency(lat[0]),
-                                _latency(lat[1])))
+            lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("model"),
+                                 ("answers one image", "answer one image"), f" on {device}", _latency))
         acc = sorted(_best_per(rows, "model", "test_accuracy").values(), key=lambda r: -_median(r, "test_accuracy"))
         if len(acc) > 1:
             others = ", ".join(f"{r['model'].iloc[0]} {fmt.percent_text(_median(r, 'test_accuracy'))}"
@@ -344,9 +355,8 @@ def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[st
         if batch == low:
             text = f"The smallest batch, bs{low}, trains fastest{where}: {_samples_per_s(best)}"
         else:
-            c = compare_rows(best, smallest, "train_samples_per_s", reader)
-            text = _claim(f"bs{batch}", f"bs{low}", ("trains", "train"), where, c, _samples_per_s(best),
-                          _samples_per_s(smallest))[:-1]
+            text = _versus(best, smallest, "train_samples_per_s", reader, lambda r: f"bs{int(r['batch_size'].iloc[0])}",
+                           ("trains", "train"), where, _samples_per_s)[:-1]
         failed = df[(df["status"].isin(["oom", "unstable", "failed"])) & (df["model"] == model)
                     & (df["variant"] == variant)]
         failed = failed[device_label(failed) == device] if not failed.empty else failed

@@ -67,6 +67,14 @@ def heading(text: str, level: int = 2) -> None:
     display(Markdown(f"{'#' * level} {text}"))
 
 
+def _title(fig: Any) -> str:
+    """What a figure shows, for its alt text: its suptitle, else its first titled axes."""
+    suptitle = getattr(fig, "_suptitle", None)
+    if suptitle is not None and suptitle.get_text():
+        return str(suptitle.get_text())
+    return next((str(ax.get_title()) for ax in fig.axes if ax.get_title()), "figure")
+
+
 def figures(figs: list[Any]) -> int:
     """Several figures side by side, wrapping at the page's width (each already saved as PNG); how many."""
     import base64
@@ -81,8 +89,8 @@ def figures(figs: list[Any]) -> int:
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-        images.append(f'<img style="max-width: 100%;" src="data:image/png;base64,'
-                      f'{base64.b64encode(buffer.getvalue()).decode()}">')
+        images.append(f'<img style="max-width: 100%;" alt="{html.escape(_title(fig))}" '
+                      f'src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">')
     if images:
         display(HTML('<div style="display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start;">'
                      + "".join(images) + "</div>"))
