@@ -410,7 +410,7 @@ def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
     out.add("Batch size", batch_sizes(df, reader))
     out.add("Scaling", scaling(df, reader))
     out.add("Roofline", roofline_sentences(good))
-    out.add("Where the time goes", time_sentences(profiles))
+    out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1)))
     out.add("Failed and skipped", failures(df))
     out.not_run = not_run(df, profiles)
     return out

@@ -94,12 +94,17 @@ def _top_operator(profile: Mapping[str, Any], step_us: float) -> str | None:
     return f"the top operator is {top['name']} ({fmt.seconds_text(share / 1e6)} of self {where} time)"
 
 
-def time_sentences(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Per profiled pair: the step-time breakdown's main categories and the top operator."""
+def time_sentences(profiles: Sequence[Mapping[str, Any]], with_machine: bool | None = None) -> list[str]:
+    """Per profiled pair: the step-time breakdown's main categories and the top operator.
+
+    ``with_machine``: name devices 'machine:hardware', as the report does when rows come from several
+    machines (by default, when the profiles do).
+    """
     lines = []
-    machines = {str(p.get("machine")) for p in profiles}
+    if with_machine is None:
+        with_machine = len({str(p.get("machine")) for p in profiles}) > 1
     for p in profiles:
-        device = f"{p['machine']}:{p['hardware']}" if len(machines) > 1 else str(p["hardware"])
+        device = f"{p['machine']}:{p['hardware']}" if with_machine else str(p["hardware"])
         breakdown = p.get("breakdown")
         if not isinstance(breakdown, pd.DataFrame) or breakdown.empty:
             continue

@@ -45,12 +45,16 @@ def palette(n: int) -> list[str]:
     return list(OKABE_ITO) + [str(c) for c in sns.color_palette("colorblind", n - len(OKABE_ITO)).as_hex()]
 
 
-def legend_outside(ax: plt.Axes, **kwargs: Any) -> None:
-    """The legend to the right of the axes, never over the data; nothing when there is nothing to label."""
+def legend_outside(ax: plt.Axes, below: bool = False, **kwargs: Any) -> None:
+    """The legend to the right of the axes (``below``: under them), never over the data; nothing when empty.
+
+    Call it after ``tight_layout`` where the legend is below, so the axes keep their size: the saved figure
+    (``bbox_inches="tight"``) grows to hold it."""
     handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,
-                  **kwargs)
+    if not handles:
+        return
+    anchor = (0.0, -0.16) if below else (1.01, 1.0)
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=anchor, fontsize=7, frameon=False, **kwargs)
 
 
 def save(fig: plt.Figure, figures_dir: str | Path, name: str) -> Path:

@@ -54,7 +54,7 @@ def _draw_roof(ax: plt.Axes, peak: float, bandwidth: float, span: tuple[float, f
 
 
 def _roof_axes(title: str) -> tuple[plt.Figure, plt.Axes]:
-    fig, ax = plt.subplots(figsize=(8, 4.6))
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
@@ -134,8 +134,8 @@ def device_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: st
                            color="#999999", linestyle=DTYPE_STYLES.get(dtype, "-"), linewidth=1)
         _draw_points(ax, rows, colours, {d for d, p in ceil.peak_flops_per_s.items() if p},
                      annotate_batch=rows["batch_size"].nunique() > 1)
-        legend_outside(ax)
         fig.tight_layout()
+        legend_outside(ax, below=True)
         save(fig, figures_dir, f"roofline__{ceil.machine}__{ceil.device.replace(':', '')}")
         figures.append(fig)
     return figures
@@ -172,8 +172,8 @@ def model_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str
             _draw_points(ax, points, {n: colours[key] for n in points["series"].unique()},
                          {d for d, p in ceil.peak_flops_per_s.items() if p},
                          annotate_batch=mine[key]["batch_size"].nunique() > 1)
-        legend_outside(ax)
         fig.tight_layout()
+        legend_outside(ax, below=True)
         save(fig, figures_dir, f"roofline_model__{model}")
         figures.append(fig)
     return figures
