@@ -76,7 +76,10 @@ def test_tiny_study_through_papermill(tmp_path):
     assert len(list(runs.glob("*.html"))) == 2
     summary = (reports / "tiny" / "summary.html").read_text()
     index = (reports / "index.html").read_text()
-    assert "Cross-device speedup" in summary and "squeezenet1_1" in summary
+    assert "Key findings" in summary and "squeezenet1_1" in summary
+    assert summary.index('id="Key-findings"') < summary.index('id="Results"') < summary.index('id="How-it-was-run"')
+    assert "Cross-device speedup" not in summary and "Optimization variants" not in summary, "no empty sections"
+    assert "Not in this study: a second device, optimization variants" in summary
     assert "views.pair_table" not in summary, "published HTML hides the code"
     assert (reports / "tiny" / "figures" / "train_samples_per_s.png").stat().st_size > 1000
     assert 'href="tiny/summary.html"' in index and 'href="tiny/runs/cpu__resnet18.html"' in index
@@ -84,7 +87,7 @@ def test_tiny_study_through_papermill(tmp_path):
         executed = nbformat.read(executed_path, as_version=4)
         assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))
     assert (reports / "tiny" / "figures" / "roofline__testmachine__cpu.png").exists()
-    assert (reports / "tiny" / "figures" / "roofline_model__resnet18.png").exists()
+    assert not (reports / "tiny" / "figures" / "roofline_model__resnet18.png").exists(), "one device: no 'across'"
     assert (reports / "tiny" / "figures" / "roofline_batch_effect.png").exists()
     assert "No point lies above its roof" in summary
     profiles = sorted((results / "tiny" / "profiles").glob("*/breakdown.csv"))

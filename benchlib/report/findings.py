@@ -1,0 +1,435 @@
+"""Key findings: what the data says, in short sentences with numbers, generated from the result rows.
+
+Pure: data frames (and saved profiles) in, sentences out. Each comparison is a ratio of medians with its
+95% interval and verdict (``evidence.compare_rows``), never a bare ratio; a question the study did not
+ask (one device, one variant, one batch size) has no section, and :attr:`Findings.not_run` names it in
+one line. Warnings (interfered, noisy, above the roof) come first: a reader must see them before a number.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..instruments import interference
+from . import fmt
+from .evidence import NOISE_FLAGS, SampleFiles, SampleReader, compare_rows
+from .findings_work import roofline_sentences, time_sentences
+from .stats import Comparison
+from .tables import BASELINE_VARIANTS, device_label, ok_rows, scaling_table, variant_speedups
+
+MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
+
+
+@dataclass
+class Findings:
+    """Warnings first, then one titled list of sentences per question the data answers."""
+
+    warnings: list[str] = field(default_factory=list)
+    sections: list[tuple[str, list[str]]] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+
+    def section(self, title: str) -> list[str]:
+        """The sentences of ``title`` (empty when the section was left out)."""
+        return next((lines for t, lines in self.sections if t == title), [])
+
+    def add(self, title: str, lines: list[str]) -> None:
+        if lines:
+            self.sections.append((title, lines))
+
+
+def _num(value: Any) -> float:
+    out = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    return float(out) if pd.notna(out) else float("nan")
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    return float(pd.to_numeric(rows[column], errors="coerce").median()) if column in rows else float("nan")
+
+
+def _throughput(value: float) -> str:
+    return f"{fmt.significant(value)} samples/s"
+
+
+def _where(rows: pd.DataFrame) -> str:
+    """'cpu, bs64': where a configuration ran."""
+    first = rows.iloc[0]
+    return f"{first['device']}, bs{int(first['batch_size'])}"
+
+
+def _prepared(df: pd.DataFrame) -> pd.DataFrame:
+    good = ok_rows(df) if not df.empty else df.copy()
+    if not good.empty:
+        good["device"] = device_label(good)
+    return good
+
+
+def _baseline(good: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each device's default variant where the study has several variants (like with like)."""
+    if good.empty or good["variant"].nunique() < 2:
+        return good
+    base = good[good["variant"].isin(BASELINE_VARIANTS)]
+    return base if not base.empty else good
+
+
+# Warnings and what did not run
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _named(rows: pd.DataFrame) -> str:
+    names = [f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']})"
+             for r in rows.head(MAX_NAMED).to_dict("records")]
+    more = len(rows) - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def warnings(df: pd.DataFrame) -> list[str]:
+    """Rows whose figures should not be trusted: interfered, noisy, above their roof."""
+    good = _prepared(df)
+    if good.empty:
+        return []
+    out = []
+    interfered = interference.summarize(good)
+    if interfered:
+        out.append(interfered[0].upper() + interfered[1:] + ".")
+    noisy_mask = np.zeros(len(good), dtype=bool)
+    for column in NOISE_FLAGS:
+        if column in good:
+            noisy_mask |= good[column].fillna(False).astype(bool).to_numpy()
+    if noisy_mask.any():
+        out.append(f"{int(noisy_mask.sum())} of {len(good)} rows are noisy (IQR/median over 10% in their step times, "
+                   f"latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
+                   "measure them again on a quiet machine or with `repeats: 3`.")
+    if "above_roof" in good:
+        above = good[good["above_roof"].fillna(False).astype(bool)]
+        if not above.empty:
+            out.append(f"{len(above)} row(s) lie above their measured roof, a measurement error rather than a "
+                       f"finding: {_named(above)}.")
+    return out
+
+
+def failures(df: pd.DataFrame) -> list[str]:
+    """What produced no measurement, with why (one sentence, the first few named)."""
+    bad = df[df["status"] != "ok"] if not df.empty else df
+    invalid = df.attrs.get("invalid_rows")
+    lines = []
+    if not bad.empty:
+        bad = bad.assign(device=device_label(bad))
+        words = {"oom": "ran out of memory", "skipped": "was skipped", "unstable": "diverged (NaN or infinite loss)",
+                 "failed": "failed"}
+        named = []
+        for r in bad.head(MAX_NAMED).to_dict("records"):
+            why = str(r.get("error") or "").strip()
+            why = f" ({why[:120]})" if why and why.lower() != "nan" else ""
+            named.append(f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']}) "
+                         f"{words.get(str(r['status']), str(r['status']))}{why}")
+        more = len(bad) - len(named)
+        lines.append(f"{len(bad)} of {len(df)} configurations produced no measurement: " + "; ".join(named)
+                     + (f"; and {more} more (see the failures table)." if more > 0 else "."))
+    if invalid is not None and not invalid.empty:
+        lines.append(f"{len(invalid)} row file(s) could not be read and are not drawn (see the failures table).")
+    return lines
+
+
+def not_run(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The questions this study did not ask: no second device, no variants, one batch size, ..."""
+    good = _prepared(df)
+    if good.empty:
+        return ["no configuration was measured"]
+    missing = []
+    if good["device"].nunique() < 2:
+        missing.append("a second device")
+    if good["variant"].nunique() < 2:
+        missing.append("optimization variants")
+    if good.groupby(["device", "model", "variant"])["batch_size"].nunique().max() < 2:
+        missing.append("several batch sizes")
+    configs = good["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+    if configs.value_counts().max() < 2:
+        missing.append("repeats (one seed per configuration)")
+    if not any(k in good and good[k].nunique() > 1 for k in ("threads", "num_workers", "world_size")):
+        missing.append("thread, worker or process scaling")
+    if not profiles:
+        missing.append("profiles")
+    return missing
+
+
+# Which configuration is fastest, per question the study asks
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _best_per(good: pd.DataFrame, key: str, metric: str = "train_samples_per_s",
+              higher: bool = True) -> dict[Any, pd.DataFrame]:
+    """Per value of ``key``: the rows of its best configuration (every seed of it) by ``metric``."""
+    if metric not in good:
+        return {}
+    rows = good[pd.to_numeric(good[metric], errors="coerce").notna()]
+    if rows.empty:
+        return {}
+    config = rows["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+    medians = pd.to_numeric(rows[metric], errors="coerce").groupby(config).median()
+    rows = rows.assign(_config=config, _median=config.map(medians))
+    out = {}
+    for value, grp in rows.groupby(key, sort=True):
+        pick = grp["_median"].idxmax() if higher else grp["_median"].idxmin()
+        out[value] = grp[grp["_config"] == grp.loc[pick, "_config"]]
+    return out
+
+
+def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparison, mine: str, theirs: str) -> str:
+    """One comparison as a sentence whose wording follows the verdict (``verb``: singular and plural forms).
+
+    faster: 'resnet18 trains fastest on cpu: A, 2.00x [1.96, 2.04] faster than mobilenet_v2 (B).'
+    same: 'resnet18 and mobilenet_v2 train as fast on cpu within noise: A against B, 1.01x [0.99, 1.02].'
+    """
+    ratio = fmt.ratio_text(c.ratio, c.ci_low, c.ci_high)
+    if c.verdict == "same":
+        return f"{best} and {other} {verb[1]} as fast{where} within noise: {mine} against {theirs}, {ratio}."
+    if c.verdict == "unknown":
+        return (f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {other}'s ({theirs}); one sample a side, so "
+                "no interval or verdict.")
+    return f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {c.verdict} than {other} ({theirs})."
+
+
+def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader, name: Callable[[pd.DataFrame], str],
+            verb: tuple[str, str], where: str, value: Callable[[pd.DataFrame], str]) -> str:
+    """``a`` (ranked first by its rows' figures) against ``b``, as a sentence.
+
+    The ratio comes from the raw samples; where their medians rank the two the other way (a noisy run), the
+    samples win and the sides are swapped, so the sentence never calls the slower one fastest.
+    """
+    c = compare_rows(a, b, metric, reader)
+    if np.isfinite(c.ratio) and c.ratio < 1:
+        a, b = b, a
+        c = compare_rows(a, b, metric, reader)
+    return _claim(name(a), name(b), verb, where, c, value(a), value(b))
+
+
+def _column(column: str, prefix: str = "") -> Callable[[pd.DataFrame], str]:
+    return lambda rows: f"{prefix}{rows[column].iloc[0]}"
+
+
+def _samples_per_s(rows: pd.DataFrame, batch: bool = False) -> str:
+    text = _throughput(_median(rows, "train_samples_per_s"))
+    return f"{text} at bs{int(rows['batch_size'].iloc[0])}" if batch else text
+
+
+def _latency(rows: pd.DataFrame) -> str:
+    return f"{fmt.ms_text(_median(rows, 'latency_ms_p50'))} p50"
+
+
+def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+    """Per model: the fastest device in training against the next, at the batch both ran with the most throughput."""
+    good = _baseline(_prepared(df))
+    if good.empty or good["device"].nunique() < 2:
+        return []
+    reader = reader or SampleFiles()
+    lines = []
+    for model, rows in good.groupby("model", sort=True):
+        shared = rows.groupby("batch_size")["device"].nunique()
+        both = rows[rows["batch_size"].isin(shared[shared > 1].index)]
+        if both.empty:
+            continue
+        ranked = sorted(_best_per(both, "device").values(), key=lambda r: -_median(r, "train_samples_per_s"))
+        best = ranked[0]
+        batch = int(best["batch_size"].iloc[0])
+        runner = rows[(rows["device"] == ranked[1]["device"].iloc[0]) & (rows["batch_size"] == batch)]
+        if runner.empty:
+            continue
+        lines.append(_versus(best, runner, "train_samples_per_s", reader, _column("device"),
+                             (f"trains {model}", f"train {model}"), f" (bs{batch})", _samples_per_s))
+        lat = sorted(_best_per(rows, "device", "latency_ms_p50", higher=False).values(),
+                     key=lambda r: _median(r, "latency_ms_p50"))
+        if len(lat) > 1:
+            lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("device"),
+                                 (f"answers one {model} image", f"answer one {model} image"), "", _latency))
+    return lines
+
+
+def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+    """Per device: the model that trains fastest, the one with the lowest latency, the most accurate."""
+    good = _baseline(_prepared(df))
+    if good.empty:
+        return []
+    reader = reader or SampleFiles()
+    lines = []
+    for device, rows in good.groupby("device", sort=True):
+        ranked = sorted(_best_per(rows, "model").values(), key=lambda r: -_median(r, "train_samples_per_s"))
+        if len(ranked) == 1:
+            r = ranked[0]
+            latency = _median(r, "latency_ms_p50")
+            lines.append(f"{r['model'].iloc[0]} trains at {_throughput(_median(r, 'train_samples_per_s'))} on "
+                         f"{_where(r)}" + (f" and answers one image in {_latency(r)}." if np.isfinite(latency)
+                                           else "."))
+            continue
+        if ranked:
+            top, second = ranked[0], ranked[1]
+            lines.append(_versus(top, second, "train_samples_per_s", reader, _column("model"), ("trains", "train"),
+                                 f" on {device}", lambda r: _samples_per_s(r, True)))
+        lat = sorted(_best_per(rows, "model", "latency_ms_p50", higher=False).values(),
+                     key=lambda r: _median(r, "latency_ms_p50"))
+        if len(lat) > 1:
+            lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("model"),
+                                 ("answers one image", "answer one image"), f" on {device}", _latency))
+        acc = sorted(_best_per(rows, "model", "test_accuracy").values(), key=lambda r: -_median(r, "test_accuracy"))
+        if len(acc) > 1:
+            others = ", ".join(f"{r['model'].iloc[0]} {fmt.percent_text(_median(r, 'test_accuracy'))}"
+                               for r in acc[1:])
+            lines.append(f"On {device}, {acc[0]['model'].iloc[0]} is the most accurate: "
+                         f"{fmt.percent_text(_median(acc[0], 'test_accuracy'))} test accuracy ({others}).")
+    return lines
+
+
+def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str], baseline: str) -> str:
+    """The best variant on one metric against the default, worded by its verdict, with its accuracy change."""
+    ratio, verdict = str(best[label]).rsplit(" ", 1)[0], str(best[f"{label}_verdict"])
+    accuracy = _num(best["accuracy_delta_pts"])
+    acc = f"; accuracy {accuracy:+.1f} points" if np.isfinite(accuracy) else ""
+    if verdict in ("faster", "better"):
+        return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} faster than {baseline}{acc}."
+    if verdict == "same":
+        return (f"{where}: no variant {verb[0]} faster than {baseline}; the best, {best['variant']}, is the same "
+                f"within noise ({ratio}){acc}.")
+    if verdict in ("slower", "worse"):
+        return f"{where}: every variant {verb[0]} slower than {baseline}; the closest, {best['variant']}, {ratio}{acc}."
+    return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} {baseline}'s (no interval){acc}."
+
+
+def variants(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+    """Per device and model: the variant that trains fastest and the one that answers fastest, against the default."""
+    table = variant_speedups(df, reader)
+    if table.empty:
+        return []
+    table = table.assign(device=device_label(table))
+    lines = []
+    for (device, model, batch), grp in table.groupby(["device", "model", "batch_size"], sort=True):
+        others = grp[grp["variant"] != grp["baseline"]]
+        if others.empty:
+            continue
+        baseline = grp["baseline"].iloc[0]
+        for column, label, verb in (("train_throughput_ratio", "train_throughput", ("trains", "train")),
+                                    ("latency_speedup_bs1", "latency_bs1", ("answers one image", "answer one image"))):
+            ranked = others[pd.to_numeric(others[column], errors="coerce").notna()]
+            if ranked.empty:
+                continue
+            best = ranked.loc[pd.to_numeric(ranked[column]).idxmax()]
+            lines.append(_variant_claim(f"{model} on {device} (bs{int(batch)})", best, label, verb, str(baseline)))
+        slower = others[others["train_throughput_verdict"] == "slower"]["variant"].tolist()
+        if slower:
+            lines.append(f"{model} on {device} (bs{int(batch)}): {', '.join(map(str, slower))} "
+                         f"train{'s' if len(slower) == 1 else ''} slower than {baseline}.")
+    return lines
+
+
+KNOBS = ("threads", "num_workers", "world_size", "precision")
+
+
+def _like(rows: pd.DataFrame, like: pd.DataFrame, keys: Sequence[str] = KNOBS) -> pd.DataFrame:
+    """The rows of ``rows`` run with the same ``keys`` as ``like`` (compare one setting at a time)."""
+    first = like.iloc[0]
+    for key in keys:
+        if key in rows and key in like and pd.notna(first[key]):
+            rows = rows[rows[key] == first[key]]
+    return rows
+
+
+def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+    """Per device, model and variant with several batch sizes: the best against the smallest; what failed."""
+    good = _prepared(df)
+    if good.empty:
+        return []
+    reader = reader or SampleFiles()
+    lines = []
+    for (device, model, variant), rows in good.groupby(["device", "model", "variant"], sort=True):
+        if rows["batch_size"].nunique() < 2:
+            continue
+        best = _best_per(rows, "model").get(model)
+        if best is None:  # a variant that trains nothing (quantized): no training throughput to compare
+            continue
+        same = _like(rows, best)
+        smallest = same[same["batch_size"] == same["batch_size"].min()]
+        batch, low = int(best["batch_size"].iloc[0]), int(smallest["batch_size"].iloc[0])
+        where = f" for {model} on {device} ({variant})"
+        if batch == low:
+            text = f"The smallest batch, bs{low}, trains fastest{where}: {_samples_per_s(best)}"
+        else:
+            text = _versus(best, smallest, "train_samples_per_s", reader, lambda r: f"bs{int(r['batch_size'].iloc[0])}",
+                           ("trains", "train"), where, _samples_per_s)[:-1]
+        failed = df[(df["status"].isin(["oom", "unstable", "failed"])) & (df["model"] == model)
+                    & (df["variant"] == variant)]
+        failed = failed[device_label(failed) == device] if not failed.empty else failed
+        if not failed.empty:
+            text += "; " + ", ".join(f"bs{int(b)} {s}" for b, s in zip(failed["batch_size"], failed["status"]))
+        lines.append(text + ".")
+    return lines
+
+
+def _count(n: Any, word: tuple[str, str]) -> str:
+    return f"{int(n)} {word[0] if int(n) == 1 else word[1]}"
+
+
+def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+    """Threads, DataLoader workers and data-parallel processes: the best value against the smallest."""
+    lines = []
+    words = {"threads": ("thread", "threads"), "num_workers": ("DataLoader worker", "DataLoader workers"),
+             "world_size": ("process", "processes")}
+    for knob, word in words.items():
+        table = scaling_table(df, knob, reader)
+        if table.empty:
+            continue
+        table = table.assign(device=device_label(table))
+        for (device, model, batch), grp in table.groupby(["device", "model", "batch_size"], sort=True):
+            base = grp.loc[grp[knob].idxmin()]
+            best = grp.loc[pd.to_numeric(grp["train_samples_per_s"]).idxmax()]
+            where = f" for {model} on {device} (bs{int(batch)})"
+            if best[knob] == base[knob]:
+                lines.append(f"{_count(base[knob], word)} trains fastest{where}: more did not help.")
+                continue
+            c = Comparison(float(best["speedup"]), float(best["ci_low"]), float(best["ci_high"]), float("nan"),
+                           str(best["verdict"]), 0, 0)
+            text = _claim(_count(best[knob], word), _count(base[knob], word), ("train", "train"), where, c,
+                          _throughput(best["train_samples_per_s"]), _throughput(base["train_samples_per_s"]))
+            lines.append(text[:-1] + f"; parallel efficiency {fmt.percent_text(best['parallel_efficiency'])}.")
+    return lines
+
+
+def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
+                 reader: SampleReader | None = None) -> Findings:
+    """Every finding the rows (and saved profiles) support; sections without data are left out."""
+    out = Findings(warnings=warnings(df) if not df.empty else [])
+    if df.empty:
+        out.not_run = ["no configuration was measured"]
+        return out
+    reader = reader or SampleFiles()
+    good = _prepared(df)
+    out.add("Devices", devices(df, reader))
+    out.add("Models", models(df, reader))
+    out.add("Optimization variants", variants(df, reader))
+    out.add("Batch size", batch_sizes(df, reader))
+    out.add("Scaling", scaling(df, reader))
+    out.add("Roofline", roofline_sentences(good))
+    out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1)))
+    out.add("Failed and skipped", failures(df))
+    out.not_run = not_run(df, profiles)
+    return out
+
+
+INTERVAL_NOTE = ("Ratios: median against median with the 95% bootstrap interval in brackets; faster/slower "
+                 "when the interval excludes 1 and the change is at least 2%, else same; unknown with one sample a "
+                 "side.")
+
+
+def as_markdown(found: Findings) -> str:
+    """The findings as a Markdown block: warnings in bold first, then the sections, then what was not run."""
+    parts = ["## Key findings"]
+    parts += [f"> **Warning:** {w}" for w in found.warnings]
+    for title, lines in found.sections:
+        parts.append(f"**{title}**\n\n" + "\n".join(f"- {line}" for line in lines))
+    if any(title in ("Devices", "Models", "Optimization variants", "Batch size", "Scaling")
+           for title, _ in found.sections):
+        parts.append(f"*{INTERVAL_NOTE}*")
+    if found.not_run:
+        parts.append(f"*Not in this study: {', '.join(found.not_run)}.*")
+    return "\n\n".join(parts)

@@ -1,0 +1,121 @@
+"""Findings about the work itself: where each workload sits on its roofline, and where a step's time goes.
+
+Pure, like ``findings``: rows and saved profiles in, sentences out. A workload is compute-bound when its
+arithmetic intensity is at or past the ridge point of its roof (peak FLOP/s over bandwidth), memory-bound
+below it; the fraction of roof is the achieved FLOP/s over the roof at that intensity.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from ..instruments.profiler import BREAKDOWN_CATEGORIES
+from . import fmt
+
+CATEGORY_WORDS = {"data_loading": "data loading", "memcpy": "memory copies", "compute": "compute",
+                  "cpu_exec": "CPU-side execution (launches, Python)", "other": "other"}
+MIN_SHARE = 0.05  # breakdown categories under 5% of the step are not named
+
+
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def bound(intensity: float | None, peak_flops_per_s: float | None, bandwidth_bytes_per_s: float | None) -> str | None:
+    """'compute' or 'memory' (which ceiling limits a point at ``intensity``); None without a roof."""
+    if intensity is None or not peak_flops_per_s or not bandwidth_bytes_per_s:
+        return None
+    return "compute" if intensity >= peak_flops_per_s / bandwidth_bytes_per_s else "memory"
+
+
+def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
+    peak, bandwidth = _num(row.get("roof_peak_flops_per_s")), _num(row.get("roof_bandwidth_bytes_per_s"))
+    intensity = _num(row.get("train_arithmetic_intensity"))
+    kind = bound(intensity, peak, bandwidth)
+    fraction = _num(row.get("roof_fraction"))
+    if kind is None or fraction is None or peak is None or bandwidth is None or intensity is None:
+        return None
+    dtype = str(row.get("roof_dtype") or "")
+    text = (f"{row['model']} on {row['device']} (bs{int(row['batch_size'])}, {row['variant']}) trains "
+            f"{kind}-bound: {fmt.significant(intensity)} FLOP/byte against a ridge at "
+            f"{fmt.significant(peak / bandwidth)}, reaching {fmt.percent_text(fraction)} of its {dtype} roof "
+            f"({fmt.flops_text(row.get('achieved_train_flops_per_s'))} of "
+            f"{fmt.flops_text(row.get('train_roof_flops_per_s'))}){spread}")
+    infer_fraction, infer_intensity = _num(row.get("infer_roof_fraction")), _num(row.get("arithmetic_intensity"))
+    infer_kind = bound(infer_intensity, peak, bandwidth)
+    if infer_fraction is not None and infer_kind is not None:
+        text += f"; inference is {infer_kind}-bound at {fmt.percent_text(infer_fraction)} of its roof"
+    return text + "."
+
+
+def roofline_sentences(good: pd.DataFrame) -> list[str]:
+    """Per device, model and variant, at its batch with the most training throughput: bound and fraction of roof.
+
+    ``good`` holds successful rows with a ``device`` column (the report's device label).
+    """
+    if good.empty or "roof_fraction" not in good:
+        return []
+    rows = good[pd.to_numeric(good["roof_fraction"], errors="coerce").notna()]
+    lines = []
+    for _, grp in rows.groupby(["device", "model", "variant"], sort=True):
+        best = grp.loc[pd.to_numeric(grp["train_samples_per_s"], errors="coerce").idxmax()]
+        spread = ""
+        if grp["batch_size"].nunique() > 1:
+            fractions = pd.to_numeric(grp["roof_fraction"], errors="coerce")
+            spread = (f", and from {fmt.percent_text(fractions.min())} to {fmt.percent_text(fractions.max())} over "
+                      f"bs{int(grp['batch_size'].min())}-{int(grp['batch_size'].max())}")
+        text = _placement(best.to_dict(), spread)
+        if text is not None:
+            lines.append(text)
+    return lines
+
+
+def _top_operator(profile: Mapping[str, Any], step_us: float) -> str | None:
+    device = profile.get("top_self_device")
+    use_device = isinstance(device, pd.DataFrame) and not device.empty
+    table = device if use_device else profile.get("top_self_cpu")
+    column = "self_device_time_us" if use_device else "self_cpu_time_us"
+    if not isinstance(table, pd.DataFrame) or table.empty or column not in table:
+        return None
+    top = table.loc[pd.to_numeric(table[column], errors="coerce").idxmax()]
+    share = _num(top[column])
+    where = "device" if use_device else "CPU"
+    if share is None:
+        return None
+    if step_us > 0 and share <= step_us:
+        return f"the top operator is {top['name']} ({fmt.percent_text(share / step_us)} of the step, self {where} time)"
+    return f"the top operator is {top['name']} ({fmt.seconds_text(share / 1e6)} of self {where} time)"
+
+
+def time_sentences(profiles: Sequence[Mapping[str, Any]], with_machine: bool | None = None) -> list[str]:
+    """Per profiled pair: the step-time breakdown's main categories and the top operator.
+
+    ``with_machine``: name devices 'machine:hardware', as the report does when rows come from several
+    machines (by default, when the profiles do).
+    """
+    lines = []
+    if with_machine is None:
+        with_machine = len({str(p.get("machine")) for p in profiles}) > 1
+    for p in profiles:
+        device = f"{p['machine']}:{p['hardware']}" if with_machine else str(p["hardware"])
+        breakdown = p.get("breakdown")
+        if not isinstance(breakdown, pd.DataFrame) or breakdown.empty:
+            continue
+        fractions = dict(zip(breakdown["category"], pd.to_numeric(breakdown["fraction"], errors="coerce")))
+        named = sorted(((c, f) for c, f in fractions.items() if c in BREAKDOWN_CATEGORIES and f >= MIN_SHARE),
+                       key=lambda item: -item[1])
+        if not named:
+            continue
+        step_us = float(pd.to_numeric(breakdown["time_us"], errors="coerce").sum())
+        parts = ", ".join(f"{CATEGORY_WORDS.get(c, c)} {fmt.percent_text(f)}" for c, f in named)
+        text = f"{p['model']} on {device} (bs{p['batch_size']}): {parts} of the profiled step time"
+        top = _top_operator(p, step_us)
+        lines.append(text + (f"; {top}." if top else "."))
+    return lines

@@ -1,0 +1,186 @@
+"""The summary's compact tables: the headline figures of every configuration, and the study's settings.
+
+A reader compares configurations on a dozen figures, not on the row's hundred columns: model, device,
+variant and batch, throughput, latency p50/p99, peak memory above the baseline (what the configuration
+added: CUDA allocated on GPU rows, resident memory elsewhere), accuracy and energy, in human units with one
+rounding rule. A missing figure is an en dash, and why it is missing is said under the table.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from . import fmt
+from .evidence import NOISE_FLAGS
+from .tables import config_key, device_label, ok_rows
+
+# shown name -> (row column, formatter); the row column is aggregated as the median over seeds
+HEADLINE: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "train (samples/s)": ("train_samples_per_s", fmt.significant),
+    "infer (samples/s)": ("infer_samples_per_s", fmt.significant),
+    "latency p50 (ms)": ("latency_ms_p50", fmt.significant),
+    "latency p99 (ms)": ("latency_ms_p99", fmt.significant),
+    "peak memory above baseline": ("memory_above_baseline_bytes", fmt.bytes_text),
+    "test accuracy": ("test_accuracy", fmt.percent_text),
+    "train energy (J/sample)": ("train_energy_j_per_sample", fmt.significant),
+}
+# why a figure may be missing: row column -> the column that says why
+REASONS = {"train_energy_j_per_sample": "train_energy_unmeasurable"}
+
+
+def memory_above_baseline(df: pd.DataFrame) -> pd.Series:
+    """Peak memory the configuration added: CUDA allocated peak on CUDA rows, else peak RSS above the baseline."""
+    def column(name: str) -> pd.Series:
+        return pd.to_numeric(df[name], errors="coerce") if name in df else pd.Series(float("nan"), index=df.index)
+
+    rss = column("peak_rss_above_baseline_bytes")
+    rss = rss.fillna(column("peak_rss_bytes") - column("rss_baseline_bytes"))
+    cuda = column("peak_cuda_allocated_bytes")
+    on_gpu = df["hardware"].astype(str).str.startswith("cuda") if "hardware" in df else False
+    return cuda.where(on_gpu & cuda.notna(), rss)
+
+
+def memory_label(df: pd.DataFrame) -> str:
+    """What the memory figure measures, for a caption."""
+    gpu = "hardware" in df and df["hardware"].astype(str).str.startswith("cuda").any()
+    return ("peak memory above baseline: CUDA allocated on GPU rows, resident (RSS) above the pre-model baseline "
+            "elsewhere" if gpu else "peak resident memory (RSS) above the pre-model baseline")
+
+
+@dataclass
+class Headline:
+    """The table as text cells, and one line per kind of missing figure saying why."""
+
+    table: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def _flags(rows: pd.DataFrame) -> str:
+    out = []
+    if "interfered" in rows and rows["interfered"].fillna(False).astype(bool).any():
+        out.append("interfered")
+    if any(c in rows and rows[c].fillna(False).astype(bool).any() for c in NOISE_FLAGS):
+        out.append("noisy")
+    if "above_roof" in rows and rows["above_roof"].fillna(False).astype(bool).any():
+        out.append("above roof")
+    return ", ".join(out)
+
+
+GENERIC_REASON = "not measured for this configuration"
+
+
+def _reason(rows: pd.DataFrame, column: str) -> str:
+    """Why ``column`` has no value in ``rows``: the row's own reason column where it has one."""
+    trained_by = rows["weights_trained_by"].dropna() if "weights_trained_by" in rows else pd.Series(dtype=str)
+    if column.startswith("train_") and not trained_by.astype(str).str.strip().eq("").all():
+        return "it trains nothing: it evaluates the weights another configuration trained"
+    why = REASONS.get(column)
+    values = [str(v) for v in rows[why].dropna()] if why and why in rows else []
+    values = [v for v in values if v.strip() and v.lower() not in ("nan", "none")]
+    return values[0] if values else GENERIC_REASON
+
+
+def _notes(missing: dict[str, dict[str, int]], total: int, empty: list[str]) -> list[str]:
+    """One line per column with missing values: where and why (a specific reason hides the generic one)."""
+    notes = []
+    for shown, reasons in missing.items():
+        named = {r: n for r, n in reasons.items() if r != GENERIC_REASON} or reasons
+        why = "; ".join(named)
+        if shown in empty:
+            notes.append(f"{shown}: not measured in any configuration ({why})")
+        else:
+            notes.append(f"{shown}: {fmt.MISSING} in {sum(reasons.values())} of {total} configurations ({why})")
+    return notes
+
+
+def headline_table(df: pd.DataFrame) -> Headline:
+    """One line per configuration (the median over its seeds), in human units; sorted by model, device, variant."""
+    good = ok_rows(df) if not df.empty else df
+    if good.empty:
+        return Headline(pd.DataFrame())
+    good = good.assign(device=device_label(good), config=config_key(good["run_id"].astype(str)),
+                       memory_above_baseline_bytes=memory_above_baseline(good))
+    records: list[dict[str, Any]] = []
+    missing: dict[str, dict[str, int]] = {}
+    seeds = good.groupby(["device", "config"])["run_id"].count().max() > 1
+    for (device, _), rows in sorted(good.groupby(["device", "config"]), key=lambda item: (
+            str(item[1]["model"].iloc[0]), item[0][0], str(item[1]["variant"].iloc[0]),
+            int(item[1]["batch_size"].iloc[0]))):
+        first = rows.iloc[0]
+        rec: dict[str, Any] = {"model": first["model"], "device": device, "variant": first["variant"],
+                               "batch": int(first["batch_size"])}
+        if seeds:
+            rec["runs"] = len(rows)
+        for shown, (column, text) in HEADLINE.items():
+            value = pd.to_numeric(rows[column], errors="coerce").median() if column in rows else float("nan")
+            rec[shown] = text(value)
+            if rec[shown] == fmt.MISSING:
+                reasons = missing.setdefault(shown, {})
+                why = _reason(rows, column)
+                reasons[why] = reasons.get(why, 0) + 1
+        rec["flags"] = _flags(rows) or fmt.MISSING
+        records.append(rec)
+    table = pd.DataFrame(records)
+    empty = [c for c in HEADLINE if (table[c] == fmt.MISSING).all()]
+    notes = _notes(missing, len(table), empty)
+    table = table.drop(columns=empty + (["flags"] if (table["flags"] == fmt.MISSING).all() else []))
+    return Headline(table, notes)
+
+
+# The study's settings
+# ----------------------------------------------------------------------------------------------------------
+
+GRID = {"hardware": "devices", "device_name": "device names", "model": "models", "batch_size": "batch sizes",
+        "variant": "variants", "seed": "seeds", "dataset": "data set", "image_size": "image size (px)"}
+FIRST = ("epochs", "train_steps", "warmup_steps", "optimizer", "lr", "momentum", "weight_decay", "precision",
+         "threads", "num_workers", "latency_repeats", "infer_warmup_batches", "train_subset", "test_subset")
+
+
+def _listed(values: list[Any]) -> str:
+    """Distinct values in order (numbers by value, text alphabetically), as text."""
+    distinct = {v for v in values if fmt.value_text(v) != fmt.MISSING}
+    numbers = sorted(v for v in distinct if isinstance(v, int | float) and not isinstance(v, bool))
+    texts = sorted(str(v) for v in distinct if not (isinstance(v, int | float) and not isinstance(v, bool)))
+    return ", ".join([fmt.value_text(v) for v in numbers] + texts) or fmt.MISSING
+
+
+def _setting_text(value: Any) -> str:
+    """A setting as it was given (settings are inputs, not measurements: no rounding)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def settings_table(df: pd.DataFrame, main: bool = True) -> pd.DataFrame:
+    """The study's grid and the settings its configurations ran with (``varies`` where they differ).
+
+    ``main``: the grid and the training and timing settings a reader looks for first; else every other
+    setting with a value. Columns ``setting`` and ``value``.
+    """
+    if df.empty:
+        return pd.DataFrame(columns=["setting", "value"])
+    rows: list[dict[str, str]] = []
+    if main:
+        rows += [{"setting": name, "value": _listed(df[column].dropna().tolist())}
+                 for column, name in GRID.items() if column in df]
+    parsed = [json.loads(s) for s in df.get("settings_json", pd.Series(dtype=str)).dropna()
+              if isinstance(s, str) and s.startswith("{")]
+    settings = pd.DataFrame(parsed)
+    keys = [k for k in FIRST if k in settings] if main else sorted(k for k in settings if k not in FIRST)
+    for key in keys:
+        if key in GRID:
+            continue
+        values = [v for v in settings[key].tolist() if v is not None and not (isinstance(v, float) and pd.isna(v))]
+        if not values:
+            continue
+        texts = sorted({_setting_text(v) for v in values})
+        rows.append({"setting": key, "value": ", ".join(texts) + (" (varies)" if len(texts) > 1 else "")})
+    return pd.DataFrame(rows, columns=["setting", "value"])

@@ -1,0 +1,328 @@
+"""What the summary and sweep notebooks show, section by section: one call per notebook cell.
+
+Findings first, then the compact headline table and the study's settings, then figures and the
+comparisons the study asked for. A section without data shows nothing at all (its heading included):
+the findings' last line says what the study did not run.
+"""
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from ..roofline.cache import load_ceilings
+from ..store.layout import ResultsLayout
+from ..store.rows import key_of
+from . import findings as found
+from . import fmt, headline, plots, plots_roofline, show
+from . import rules as report_rules
+from . import tables as report
+from .profiles import load_profiles
+
+INTERVAL_NOTE = ("the 95% bootstrap interval of the ratio of medians and a verdict (faster/slower when the "
+                 "interval excludes 1 and the change is at least 2%, else same; unknown with one sample a side). "
+                 "Intervals from one run a side cover step-to-step noise, not run-to-run drift: study `repeats: 3` "
+                 "or more to resample runs.")
+UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",
+                       "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_used_bytes_max",
+                       "gpu_power_w_mean", "gpu_temp_c_max", "cpu_temp_c_max", "threads_max", "telemetry_samples",
+                       "telemetry_missing"]
+ENERGY_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "train_samples_per_s",
+                  "train_energy_j_per_sample", "infer_samples_per_s", "infer_energy_j_per_sample",
+                  "train_energy_method", "train_energy_unmeasurable"]
+VARIANT_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "baseline", "train_throughput", "epoch",
+                   "latency_bs1", "infer_throughput", "accuracy_delta_pts", "peak_memory_ratio", "model_size_ratio"]
+MANIFEST_KEYS = ("machine", "cpu_model", "cpus_usable", "torch_num_threads", "python", "torch", "torchvision",
+                 "cuda_version", "cudnn_version", "driver_version", "git_commit", "benchlib_version")
+
+
+def load(results_dirs: Iterable[str]) -> pd.DataFrame:
+    return report.load(results_dirs)
+
+
+def _drop_empty(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns with no value in any row left out (GPU columns on a CPU-only study), and the machine where the
+    rows come from one."""
+    out = df.dropna(axis="columns", how="all")
+    if "machine" in out and out["machine"].nunique() <= 1:
+        out = out.drop(columns="machine")
+    return out
+
+
+def heading(title: str, df: pd.DataFrame) -> Markdown:
+    """The title and one line: how many configurations, on which devices, how many measured."""
+    if df.empty:
+        return Markdown(f"# {title}\n\nNo results in the given folders.")
+    devices = sorted({f"{h} ({n})" if isinstance(n, str) and n else str(h)
+                      for h, n in zip(df["hardware"], df.get("device_name", pd.Series([None] * len(df))))})
+    machines = sorted(map(str, df["machine"].dropna().unique()))
+    ok = int((df["status"] == "ok").sum())
+    studies = ", ".join(sorted(map(str, df["study"].dropna().unique()))) if "study" in df else ""
+    text = (f"# {title}\n\nStudy {studies}: {len(df)} configuration(s), {ok} measured, on "
+            f"{'; '.join(devices)} (machine{'s' if len(machines) > 1 else ''} {', '.join(machines)}).")
+    return Markdown(text)
+
+
+def key_findings(df: pd.DataFrame, results_dirs: Iterable[str]) -> Markdown:
+    """Warnings, then what the data says per question the study asked, then what it did not run."""
+    return Markdown(found.as_markdown(found.key_findings(df, load_profiles(results_dirs))))
+
+
+def results(df: pd.DataFrame) -> None:
+    """The headline table (median over seeds, human units), why figures are missing, and every column behind a click."""
+    table = headline.headline_table(df)
+    show.heading("Results")
+    if table.table.empty:
+        display(Markdown("*No configuration produced a measurement.*"))
+        return
+    display(Markdown(f"One line per configuration. Training and inference throughput at the working batch; "
+                     f"latency of one image (batch 1); {headline.memory_label(df)}; energy per training sample."))
+    display(show.table(table.table, text=True))
+    if table.notes:
+        display(Markdown("Missing figures (" + fmt.MISSING + "):\n\n" + "\n".join(f"- {n}" for n in table.notes)))
+    full = report.pair_table(df)
+    show.collapsed_table(f"Every configuration, all headline columns ({len(full)} rows; raw values in "
+                         "results.csv)", full)
+
+
+def how_it_was_run(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
+    """The study's settings as a table, then repeats, warmup and every run that did not count."""
+    if df.empty:
+        return
+    dirs = list(results_dirs)
+    show.heading("How it was run")
+    display(show.table(headline.settings_table(df), text=True))
+    show.collapsed_table("Every other setting", headline.settings_table(df, main=False), text=True)
+    rules = report_rules.run_rules(df, report_rules.superseded_rows(dirs))
+    display(Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs))))
+
+
+def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
+    """Throughput, latency, memory above baseline and accuracy per model and device."""
+    metrics = ("train_samples_per_s", "infer_samples_per_s", "latency_ms_p50", plots.MEMORY_METRIC, "test_accuracy")
+    figures = [plots.metric_bars(df, m, figures_dir) for m in metrics]
+    if any(f is not None for f in figures):
+        show.heading("Throughput, latency, memory and accuracy")
+        show.figures(figures)
+
+
+def speedups(df: pd.DataFrame) -> None:
+    """Cross-device training speedups, only where there are two devices or more."""
+    if report.devices_count(df) < 2:
+        return
+    show.heading("Cross-device speedup")
+    display(Markdown(f"How much faster the row's device trains than the column's, with {INTERVAL_NOTE}"))
+    display(show.table(report.speedup_matrix(df).reset_index(), text=True))
+
+
+def variants(df: pd.DataFrame) -> None:
+    """Each optimization variant against its device's default: speedups with intervals, accuracy and memory."""
+    table = report.variant_speedups(df)
+    if table.empty:
+        return
+    show.heading("Optimization variants")
+    display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better), with {INTERVAL_NOTE}"))
+    table = table[table["variant"] != table["baseline"]]
+    display(show.table(_drop_empty(table[[c for c in VARIANT_COLUMNS if c in table]])))
+    quant = report.ok_rows(df)
+    if "quantization" in quant and (quant["quantization"] != "none").any():
+        cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
+                            "accuracy_drop_pts", "model_size_bytes", "fp32_model_size_bytes", "weights_trained_by",
+                            "compile_s") if c in quant]
+        display(Markdown("Quantized variants evaluate the weights their fp32 baseline trained (`weights_trained_by`): "
+                         "no training figures of their own, and the accuracy drop is on the very same weights."))
+        display(show.table(_drop_empty(quant[quant["quantization"] != "none"][cols])))
+
+
+def device_scaling(df: pd.DataFrame, figures_dir: str) -> None:
+    """Data-parallel scaling, only where the study ran several process counts."""
+    table = report.scaling_table(df, "world_size")
+    if table.empty:
+        return
+    show.heading("Data-parallel scaling")
+    show.figure(plots.scaling(table, "world_size", figures_dir))
+    display(Markdown(f"Speedup against one process, with {INTERVAL_NOTE}"))
+    display(show.table(_scaling_shown(table)))
+
+
+REPEAT_LABELS = {"train_samples_per_s": "train (samples/s)", "latency_ms_p50": "latency p50 (ms)",
+                 "epoch_s": "epoch (s)", "infer_samples_per_s": "infer (samples/s)", "test_accuracy": "test accuracy",
+                 "peak_rss_bytes": "peak RSS"}
+
+
+def _repeat_cell(rec: pd.Series, metric: str) -> str:
+    text = fmt.percent_text if metric == "test_accuracy" else (
+        fmt.bytes_text if metric.endswith("_bytes") else fmt.significant)
+    median = rec.get(f"{metric}_median")
+    if median is None or pd.isna(median):
+        return fmt.MISSING
+    low, high = rec.get(f"{metric}_ci_low"), rec.get(f"{metric}_ci_high")
+    interval = f" [{text(low)}, {text(high)}]" if low is not None and pd.notna(low) else ""
+    return f"{text(median)}{interval}" + (" noisy" if rec.get(f"{metric}_noisy") else "")
+
+
+def repeats(df: pd.DataFrame) -> None:
+    """Median over seeds with its 95% interval per configuration, only where a configuration ran several seeds."""
+    agg = report.repeat_summary(df)
+    if agg.empty or (agg["n"] < 2).all():
+        return
+    show.heading("Repeats")
+    display(Markdown("Median over the seeds of each configuration, with its 95% bootstrap interval; `noisy`: the "
+                     "seeds' IQR is over 10% of their median."))
+    compact = agg[["model", "hardware", "variant", "batch_size", "n"]].copy()
+    for metric, label in REPEAT_LABELS.items():
+        if f"{metric}_median" in agg:
+            compact[label] = [_repeat_cell(r, metric) for _, r in agg.iterrows()]
+    display(show.table(compact.astype(str).replace({"nan": fmt.MISSING}), text=True))
+    show.collapsed_table("Every statistic over the seeds (IQR, min, max)", agg)
+
+
+def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -> None:
+    """Each device's roofline with its workloads, models across devices, the batch effect, and the roof check."""
+    ceilings = load_ceilings(results_dirs)
+    if not ceilings or report.ok_rows(df).empty:
+        return
+    show.heading("Rooflines")
+    display(Markdown("Roofs measured on the machine that ran the study (a large matmul per dtype; a large copy, bytes "
+                     "read + written), drawn only for the dtypes the workloads ran in; datasheet roofs thin and grey "
+                     "where the device is known. Circles: training; triangles: inference."))
+    figures = (plots_roofline.device_rooflines(df, ceilings, figures_dir)
+               + plots_roofline.model_rooflines(df, ceilings, figures_dir)
+               + [plots_roofline.batch_effect(df, figures_dir)])
+    show.figures(figures)
+    flagged = report.above_roof_rows(df)
+    if not flagged.empty:
+        display(Markdown(f"**{len(flagged)} point(s) lie above their roof: a measurement error, not a finding.**"))
+        display(show.table(_drop_empty(flagged)))
+    else:
+        display(Markdown("No point lies above its roof."))
+    show.collapsed_table("Where every configuration sits under its roof", _drop_empty(report.roof_table(df)))
+    show.collapsed_table("Measured ceilings", pd.DataFrame([
+        {"machine": c.machine, "device": c.device, "device_name": c.device_name,
+         **{f"peak_{k}_flops_per_s": v for k, v in c.peak_flops_per_s.items()},
+         "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "noisy": ", ".join(c.noisy) or None} for c in ceilings]))
+
+
+def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
+    """Step-time breakdown of every profiled pair and each pair's top operators, only where there are profiles."""
+    found_profiles = load_profiles(results_dirs)
+    if not found_profiles:
+        return
+    show.heading("Where the time goes")
+    display(Markdown("From `torch.profiler` over a few training steps of each profiled pair: the share of the step "
+                     "spent loading data, copying memory, computing, and executing on the CPU side."))
+    show.figure(plots.profile_breakdowns(found_profiles, figures_dir))
+    show.figures([plots.top_operators(p, figures_dir) for p in found_profiles])
+    notes = [f"<li><i>{html.escape(str(p['model']))} on {html.escape(str(p['hardware']))}:</i> "
+             f"{html.escape(' '.join(map(str, p['notes'])))}</li>" for p in found_profiles if p.get("notes")]
+    if notes:
+        display(show.collapsible("How the profiler's times were attributed", f"<ul>{''.join(notes)}</ul>"))
+
+
+def telemetry_timelines(good: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int) -> int:
+    """Up to ``max_timelines`` telemetry time series of successful rows drawn side by side; how many were."""
+    figures: list[Any] = []
+    for d in results_dirs:
+        mine = good[good["results_dir"] == str(d)] if "results_dir" in good else good.iloc[0:0]
+        for _, row in mine.iterrows():
+            path = ResultsLayout.of(d).telemetry_path(str(row["machine"]), str(row["run_id"]))
+            if len(figures) >= max_timelines or not path.exists():
+                continue
+            figures.append(plots.telemetry_timeline(
+                pd.read_csv(path), f"{row['model']} on {row['machine']}:{row['hardware']}, bs{row['batch_size']}, "
+                f"{row['variant']}", figures_dir, f"telemetry__{key_of(row)}"))
+    return show.figures(figures)
+
+
+def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int = 8) -> None:
+    """Utilization and energy while training (sampled in the background), and timelines over time."""
+    good = report.ok_rows(df)
+    if good.empty:
+        return
+    show.heading("Hardware while it works")
+    display(Markdown("Sampled every `telemetry_interval_s` in a background thread while each configuration ran; "
+                     "energy from the NVML counter or RAPL where readable."))
+    display(show.table(_drop_empty(good[[c for c in UTILIZATION_COLUMNS if c in good]])))
+    energy = _drop_empty(good[[c for c in ENERGY_COLUMNS if c in good]])
+    if any(c.endswith("_j_per_sample") for c in energy):
+        display(show.table(energy))
+    elif "train_energy_unmeasurable" in good:
+        reasons = sorted({str(r) for r in good["train_energy_unmeasurable"].dropna()})
+        display(Markdown("Energy was not measured: " + ("; ".join(reasons) or "no energy source") + "."))
+    if not telemetry_timelines(good, results_dirs, figures_dir, max_timelines):
+        display(Markdown("*No telemetry time series in these results.*"))
+
+
+def failures(df: pd.DataFrame) -> None:
+    """Configurations that produced no measurement, with why, only where there are some."""
+    table = report.failures_table(df, df.attrs.get("invalid_rows"))
+    if table.empty:
+        return
+    show.heading("Failed and skipped configurations")
+    display(show.table(_drop_empty(table)))
+
+
+COMPLEXITY_SHOWN = ["model", "batch_size", "params", "macs_per_sample", "flops_per_sample", "train_flops_per_sample",
+                    "model_size_bytes", "arithmetic_intensity", "train_arithmetic_intensity"]
+
+
+def _scaling_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """A scaling table as read: the ratio with its interval and verdict in one column, not four."""
+    shown = table.drop(columns=["speedup", "ci_low", "ci_high", "verdict"], errors="ignore")
+    return _drop_empty(shown.rename(columns={"speedup_text": "speedup [95% interval]"}))
+
+
+def complexity(df: pd.DataFrame) -> None:
+    """Params, MACs, FLOPs, bytes moved and intensity per model, behind a click."""
+    table = _drop_empty(report.complexity_table(df))
+    if table.empty:
+        return
+    show.heading("Work per model")
+    display(Markdown("MACs and FLOPs under their own names (a multiply-accumulate is 2 FLOPs); training FLOPs count "
+                     "forward and backward. Bytes moved: weights once per batch plus every layer's input and output "
+                     "activations (and gradients in training), so intensity grows with the batch size."))
+    display(show.table(table[[c for c in COMPLEXITY_SHOWN if c in table]]))
+    show.collapsed_table("Every counted figure (bytes moved, activations, uncounted operators)", table)
+
+
+def manifest_table(results_dirs: Iterable[str]) -> pd.DataFrame:
+    """One line per environment manifest the rows point to (``manifest_id``)."""
+    records = []
+    for d in results_dirs:
+        for path in ResultsLayout.of(d).manifest_files():
+            try:
+                m = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            records.append({"manifest_id": path.stem, **{k: m.get(k) for k in MANIFEST_KEYS}})
+    return pd.DataFrame(records)
+
+
+def manifests(results_dirs: Iterable[str]) -> None:
+    """The environment each row was measured in, behind a click."""
+    table = _drop_empty(manifest_table(results_dirs))
+    if not table.empty:
+        show.heading("Environment")
+        show.collapsed_table(f"{len(table)} environment manifest(s): versions, CPU, threads, commit", table)
+
+
+def sweep(df: pd.DataFrame, figures_dir: str) -> None:
+    """Largest stable and best-throughput batch per pair, sweep plots, thread and worker scaling."""
+    summary = report.sweep_summary(df)
+    figures: list[Any] = [plots.batch_sweep(df, figures_dir)]
+    show.heading("Batch size, threads and workers")
+    if not summary.empty:
+        display(show.table(_drop_empty(summary)))
+    for knob in ("threads", "num_workers", "world_size"):
+        table = report.scaling_table(df, knob)
+        if not table.empty:
+            show.heading(f"Scaling with {knob}", 3)
+            display(Markdown(f"Speedup against the smallest {knob}, with {INTERVAL_NOTE}"))
+            display(show.table(_scaling_shown(table)))
+            figures.append(plots.scaling(table, knob, figures_dir))
+    if not sum(show.figure(fig) for fig in figures):
+        display(Markdown("*Nothing was swept: give several batch sizes, or `sweep: {threads: [...]}`.*"))

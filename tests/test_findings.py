@@ -1,0 +1,217 @@
+"""Key findings from hand-made rows: the fastest, by how much, the verdict, the roof, warnings, what is left out."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchlib.report import findings
+from benchlib.report.findings_work import bound, roofline_sentences, time_sentences
+
+RNG = np.random.default_rng(0)
+
+
+def _row(run_id: str, **kw) -> dict:
+    base = {"study": "s", "machine": "m", "hardware": "cpu", "model": "resnet18", "batch_size": 64,
+            "variant": "default", "status": "ok", "seed": 0, "threads": 2, "num_workers": 0, "world_size": 1,
+            "error": None, "interfered": False, "train_step_noisy": False, "test_accuracy": 0.9}
+    return {**base, "run_id": run_id, **kw}
+
+
+def _steps(step_s: float, n: int = 40) -> np.ndarray:
+    return step_s * (1 + 0.01 * RNG.standard_normal(n))
+
+
+class Reader:
+    """Raw samples per run id, as the samples files hold them (seconds per timed step and latency repeat)."""
+
+    def __init__(self, steps: dict[str, float], latency_s: dict[str, float] | None = None) -> None:
+        self.frames = {}
+        for run_id, step in steps.items():
+            parts = [pd.DataFrame({"series": "train_step_s", "value": _steps(step)})]
+            if latency_s and run_id in latency_s:
+                parts.append(pd.DataFrame({"series": "latency_s", "value": _steps(latency_s[run_id])}))
+            self.frames[run_id] = pd.concat(parts, ignore_index=True)
+
+    def __call__(self, row) -> pd.DataFrame:
+        return self.frames.get(str(row["run_id"]), pd.DataFrame(columns=["series", "value"]))
+
+
+def _frame(rows: list[dict], steps: dict[str, float], latency_s: dict[str, float] | None = None):
+    df = pd.DataFrame(rows)
+    for r in rows:  # the row's headline figures, consistent with its samples
+        step = steps.get(r["run_id"])
+        if step:
+            df.loc[df["run_id"] == r["run_id"], "train_samples_per_s"] = r["batch_size"] / step
+        if latency_s and r["run_id"] in latency_s:
+            df.loc[df["run_id"] == r["run_id"], "latency_ms_p50"] = latency_s[r["run_id"]] * 1e3
+    return df, Reader(steps, latency_s)
+
+
+def _ratio(sentence: str) -> float:
+    return float(re.search(r"(\d+\.\d+)x \[", sentence).group(1))
+
+
+def test_the_faster_device_is_named_with_its_ratio_interval_and_verdict():
+    df, reader = _frame([_row("cpu", hardware="cpu"), _row("gpu", hardware="cuda")], {"cpu": 0.10, "gpu": 0.01},
+                        {"cpu": 0.004, "gpu": 0.002})
+    lines = findings.devices(df, reader)
+    train = next(line for line in lines if "samples/s" in line)
+    assert train.startswith("cuda trains resnet18 fastest (bs64): 6,400 samples/s")
+    assert _ratio(train) == pytest.approx(10.0, rel=0.05)
+    assert "faster than cpu (640 samples/s)" in train and re.search(r"\[\d+\.\d+, \d+\.\d+\]", train)
+    latency = next(line for line in lines if "image" in line)
+    assert latency.startswith("cuda answers one resnet18 image fastest: 2.00 ms p50")
+    assert _ratio(latency) == pytest.approx(2.0, rel=0.05) and "faster than cpu (4.00 ms p50)" in latency
+
+
+def test_one_device_has_no_device_section_and_says_so():
+    df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.1})
+    out = findings.key_findings(df, reader=reader)
+    assert findings.devices(df, reader) == []
+    assert "Devices" not in [t for t, _ in out.sections]
+    assert "a second device" in out.not_run and "optimization variants" in out.not_run
+    assert "several batch sizes" in out.not_run and "profiles" in out.not_run
+    assert "Optimization variants" not in [t for t, _ in out.sections]
+    assert "Batch size" not in [t for t, _ in out.sections]
+
+
+def test_the_fastest_model_and_the_most_accurate_are_named():
+    df, reader = _frame([_row("a", test_accuracy=0.91), _row("b", model="mobilenet_v2", test_accuracy=0.95)],
+                        {"a": 0.05, "b": 0.1}, {"a": 0.004, "b": 0.002})
+    lines = findings.models(df, reader)
+    train = next(line for line in lines if "trains fastest" in line)
+    assert train.startswith("resnet18 trains fastest on cpu: 1,280 samples/s at bs64")
+    assert "faster than mobilenet_v2 (640 samples/s at bs64)" in train
+    assert _ratio(train) == pytest.approx(2.0, rel=0.05)
+    assert any(line.startswith("mobilenet_v2 answers one image fastest on cpu") for line in lines)
+    assert any("mobilenet_v2 is the most accurate: 95.0%" in line and "resnet18 91.0%" in line for line in lines)
+
+
+def test_where_the_samples_rank_two_models_the_other_way_the_samples_win():
+    df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.10, "b": 0.05})
+    df.loc[df["run_id"] == "a", "train_samples_per_s"] = 5000.0  # a row figure the samples do not bear out
+    (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]
+    assert train.startswith("mobilenet_v2 trains fastest on cpu") and "faster than resnet18" in train
+    assert _ratio(train) == pytest.approx(2.0, rel=0.05)
+
+
+def test_two_models_with_the_same_speed_are_the_same():
+    df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.0501})
+    (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]
+    assert train.startswith("resnet18 and mobilenet_v2 train as fast on cpu within noise")
+    assert "fastest" not in train and "faster" not in train
+
+
+def test_the_best_variant_against_the_default_with_accuracy():
+    rows = [_row("d"), _row("amp", variant="gpu-amp", test_accuracy=0.88), _row("cl", variant="channels-last")]
+    df, reader = _frame(rows, {"d": 0.10, "amp": 0.05, "cl": 0.12})
+    out = findings.key_findings(df, reader=reader)
+    lines = out.section("Optimization variants")
+    best = next(line for line in lines if "trains fastest" in line)
+    assert best.startswith("resnet18 on cpu (bs64): gpu-amp trains fastest") and "faster than default" in best
+    assert _ratio(best) == pytest.approx(2.0, rel=0.05) and "accuracy -2.0 points" in best
+    assert any("channels-last trains slower than default" in line for line in lines)
+
+
+def test_no_variant_faster_than_the_default_is_said_so():
+    df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.1001})
+    (line,) = [x for x in findings.variants(df, reader) if "train" in x]
+    assert "no variant trains faster than default" in line and "the same within noise" in line
+
+
+def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():
+    rows = [_row("b16", batch_size=16), _row("b64", batch_size=64),
+            _row("b256", batch_size=256, status="oom", error="CUDA out of memory")]
+    df, reader = _frame(rows, {"b16": 0.02, "b64": 0.04})
+    lines = findings.key_findings(df, reader=reader).section("Batch size")
+    assert len(lines) == 1
+    assert lines[0].startswith("bs64 trains fastest for resnet18 on cpu (default): 1,600 samples/s")
+    assert "faster than bs16 (800 samples/s)" in lines[0]
+    assert _ratio(lines[0]) == pytest.approx(2.0, rel=0.05) and "faster" in lines[0]
+    assert "bs256 oom" in lines[0]
+
+
+def test_a_variant_that_trains_nothing_has_no_batch_size_finding():
+    rows = [_row("q16", batch_size=16, variant="cpu-quantized"), _row("q64", batch_size=64, variant="cpu-quantized")]
+    df, reader = _frame(rows, {})
+    assert findings.batch_sizes(df, reader) == []
+
+
+def test_roofline_placement_compute_or_memory_bound_and_fraction():
+    assert bound(50.0, 100e9, 10e9) == "compute" and bound(5.0, 100e9, 10e9) == "memory"
+    assert bound(5.0, None, 10e9) is None
+    roof = {"roof_peak_flops_per_s": 100e9, "roof_bandwidth_bytes_per_s": 10e9, "roof_dtype": "fp32",
+            "train_samples_per_s": 100.0}
+    good = pd.DataFrame([
+        _row("a", **roof, train_arithmetic_intensity=50.0, roof_fraction=0.31, achieved_train_flops_per_s=31e9,
+             train_roof_flops_per_s=100e9),
+        _row("b", model="mobilenet_v2", **roof, train_arithmetic_intensity=2.0, roof_fraction=0.5,
+             achieved_train_flops_per_s=10e9, train_roof_flops_per_s=20e9),
+    ]).assign(device="cpu")
+    lines = roofline_sentences(good)
+    resnet = next(line for line in lines if line.startswith("resnet18"))
+    mobile = next(line for line in lines if line.startswith("mobilenet_v2"))
+    assert "compute-bound" in resnet and "31.0% of its fp32 roof" in resnet and "ridge at 10.0" in resnet
+    assert "memory-bound" in mobile and "50.0%" in mobile
+
+
+def test_where_the_time_goes_names_the_main_categories_and_the_top_operator():
+    profile = {"machine": "m", "hardware": "cpu", "model": "resnet18", "batch_size": 64,
+               "breakdown": pd.DataFrame({"category": ["data_loading", "memcpy", "compute", "cpu_exec", "other"],
+                                          "time_us": [150.0, 0.0, 800.0, 0.0, 50.0],
+                                          "fraction": [0.15, 0.0, 0.8, 0.0, 0.05]}),
+               "top_self_cpu": pd.DataFrame({"name": ["aten::conv", "aten::add"], "self_cpu_time_us": [400.0, 10.0]}),
+               "top_self_device": pd.DataFrame()}
+    (line,) = time_sentences([profile])
+    assert line.startswith("resnet18 on cpu (bs64): compute 80.0%, data loading 15.0%")
+    assert "memory copies" not in line
+    assert "aten::conv (40.0% of the step" in line
+
+
+def test_warnings_for_interfered_and_noisy_rows_come_first():
+    rows = [_row("a", interfered=True, interference_cpu_pct=45.0, interference_threshold_pct=10.0),
+            _row("b", model="mobilenet_v2", train_step_noisy=True)]
+    df, reader = _frame(rows, {"a": 0.05, "b": 0.1})
+    out = findings.key_findings(df, reader=reader)
+    assert any("1 of 2 rows were measured while other processes used up to 45% of the CPUs" in w
+               for w in out.warnings)
+    assert any(w.startswith("1 of 2 rows are noisy") and "mobilenet_v2" in w for w in out.warnings)
+    text = findings.as_markdown(out)
+    assert text.index("**Warning:**") < text.index("**Models**")
+
+
+def test_no_warning_on_clean_rows():
+    df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.1})
+    assert findings.warnings(df) == []
+    assert "Warning" not in findings.as_markdown(findings.key_findings(df, reader=reader))
+
+
+def test_failures_and_skips_are_named_with_why():
+    rows = [_row("a"), _row("b", variant="gpu-amp", status="skipped", error="fp16 training needs CUDA")]
+    df, reader = _frame(rows, {"a": 0.05})
+    (line,) = findings.key_findings(df, reader=reader).section("Failed and skipped")
+    assert line.startswith("1 of 2 configurations produced no measurement")
+    assert "resnet18 on cpu (bs64, gpu-amp) was skipped (fp16 training needs CUDA)" in line
+
+
+def test_nothing_failed_leaves_the_section_out():
+    df, reader = _frame([_row("a")], {"a": 0.05})
+    out = findings.key_findings(df, reader=reader)
+    assert out.section("Failed and skipped") == []
+    assert out.section("Models") == ["resnet18 trains at 1,280 samples/s on cpu, bs64."]
+
+
+def test_thread_scaling_names_the_best_count_and_its_efficiency():
+    rows = [_row("t1", threads=1), _row("t2", threads=2)]
+    df, reader = _frame(rows, {"t1": 0.10, "t2": 0.0625})
+    (line,) = findings.key_findings(df, reader=reader).section("Scaling")
+    assert line.startswith("2 threads train fastest for resnet18 on cpu (bs64): 1,020 samples/s, 1.60x [")
+    assert "faster than 1 thread (640 samples/s)" in line and "parallel efficiency 80.0%" in line
+
+
+def test_no_rows_at_all():
+    out = findings.key_findings(pd.DataFrame(columns=["status", "run_id"]))
+    assert out.sections == [] and out.warnings == [] and out.not_run == ["no configuration was measured"]
