@@ -178,7 +178,7 @@ def test_warnings_for_interfered_and_noisy_rows_come_first():
     out = findings.key_findings(df, reader=reader)
     assert any("1 of 2 rows were measured while other processes used up to 45% of the CPUs" in w
                for w in out.warnings)
-    assert any(w.startswith("1 of 2 rows are noisy") and "mobilenet_v2" in w for w in out.warnings)
+    assert any(w.startswith("1 of 2 rows is noisy") and "mobilenet_v2" in w for w in out.warnings)
     text = findings.as_markdown(out)
     assert text.index("**Warning:**") < text.index("**Models**")
 
@@ -195,6 +195,13 @@ def test_failures_and_skips_are_named_with_why():
     (line,) = findings.key_findings(df, reader=reader).section("Failed and skipped")
     assert line.startswith("1 of 2 configurations produced no measurement")
     assert "resnet18 on cpu (bs64, gpu-amp) was skipped (fp16 training needs CUDA)" in line
+
+
+def test_a_long_error_is_cut_with_an_ellipsis():
+    rows = [_row("a"), _row("b", status="failed", error="RuntimeError: " + "x" * 400)]
+    df, reader = _frame(rows, {"a": 0.05})
+    (line,) = findings.failures(df)
+    assert "\u2026)" in line and len(line) < 300
 
 
 def test_nothing_failed_leaves_the_section_out():

@@ -22,6 +22,7 @@ from .stats import Comparison
 from .tables import BASELINE_VARIANTS, device_label, ok_rows, scaling_table, variant_speedups
 
 MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
+MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
 
 
 @dataclass
@@ -100,8 +101,9 @@ def warnings(df: pd.DataFrame) -> list[str]:
         if column in good:
             noisy_mask |= good[column].fillna(False).astype(bool).to_numpy()
     if noisy_mask.any():
-        out.append(f"{int(noisy_mask.sum())} of {len(good)} rows are noisy (IQR/median over 10% in their step times, "
-                   f"latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
+        n = int(noisy_mask.sum())
+        out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over 10% in their step "
+                   f"times, latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
                    "measure them again on a quiet machine or with `repeats: 3`.")
     if "above_roof" in good:
         above = good[good["above_roof"].fillna(False).astype(bool)]
@@ -123,7 +125,8 @@ def failures(df: pd.DataFrame) -> list[str]:
         named = []
         for r in bad.head(MAX_NAMED).to_dict("records"):
             why = str(r.get("error") or "").strip()
-            why = f" ({why[:120]})" if why and why.lower() != "nan" else ""
+            why = why if len(why) <= MAX_REASON else why[:MAX_REASON - 1].rstrip() + "\u2026"
+            why = f" ({why})" if why and why.lower() != "nan" else ""
             named.append(f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']}) "
                          f"{words.get(str(r['status']), str(r['status']))}{why}")
         more = len(bad) - len(named)
