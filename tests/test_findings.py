@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchlib.report import findings
+from benchlib.report import caveats, findings
 from benchlib.report.findings_work import bound, roofline_sentences, time_sentences
 
 RNG = np.random.default_rng(0)
@@ -185,7 +185,7 @@ def test_warnings_for_interfered_and_noisy_rows_come_first():
 
 def test_no_warning_on_clean_rows():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.1})
-    assert findings.warnings(df) == []
+    assert caveats.warnings(df) == []
     assert "Warning" not in findings.as_markdown(findings.key_findings(df, reader=reader))
 
 
@@ -200,7 +200,7 @@ def test_failures_and_skips_are_named_with_why():
 def test_a_long_error_is_cut_with_an_ellipsis():
     rows = [_row("a"), _row("b", status="failed", error="RuntimeError: " + "x" * 400)]
     df, reader = _frame(rows, {"a": 0.05})
-    (line,) = findings.failures(df)
+    (line,) = caveats.failures(df)
     assert "\u2026)" in line and len(line) < 300
 
 
