@@ -219,6 +219,14 @@ def test_thread_scaling_names_the_best_count_and_its_efficiency():
     assert "faster than 1 thread (640 samples/s)" in line and "parallel efficiency 80.0%" in line
 
 
+def test_more_threads_that_slow_training_down_are_said_to():
+    rows = [_row("t1", threads=1), _row("t2", threads=2)]
+    df, reader = _frame(rows, {"t1": 0.05, "t2": 0.10})
+    (line,) = findings.scaling(df, reader)
+    assert line.startswith("1 thread trains fastest for resnet18 on cpu (bs64): 2 threads train 0.50x [")
+    assert "slower against it (parallel efficiency 25.0%)" in line
+
+
 def test_no_rows_at_all():
     out = findings.key_findings(pd.DataFrame(columns=["status", "run_id"]))
     assert out.sections == [] and out.warnings == [] and out.not_run == ["no configuration was measured"]

@@ -295,7 +295,10 @@ def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
             best = grp.loc[pd.to_numeric(grp["train_samples_per_s"]).idxmax()]
             where = f" for {model} on {device} (bs{int(batch)})"
             if best[knob] == base[knob]:
-                lines.append(f"{_count(base[knob], word)} trains fastest{where}: more did not help.")
+                most = grp.loc[grp[knob].idxmax()]
+                lines.append(f"{_count(base[knob], word)} trains fastest{where}: {_count(most[knob], word)} train "
+                             f"{most['speedup_text']} against it (parallel efficiency "
+                             f"{fmt.percent_text(most['parallel_efficiency'])}).")
                 continue
             c = Comparison(float(best["speedup"]), float(best["ci_low"]), float(best["ci_high"]), float("nan"),
                            str(best["verdict"]), 0, 0)
