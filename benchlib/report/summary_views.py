@@ -179,7 +179,7 @@ def repeats(df: pd.DataFrame) -> None:
     for metric, label in REPEAT_LABELS.items():
         if f"{metric}_median" in agg:
             compact[label] = [_repeat_cell(r, metric) for _, r in agg.iterrows()]
-    display(show.table(compact.astype(str).replace({"nan": fmt.MISSING}), text=True))
+    display(show.table(compact, text=True))
     show.collapsed_table("Every statistic over the seeds (IQR, min, max)", agg)
 
 
