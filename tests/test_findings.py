@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchlib.report import findings
+from benchlib.report import caveats, findings
 from benchlib.report.findings_work import bound, roofline_sentences, time_sentences
 
 RNG = np.random.default_rng(0)
@@ -178,14 +178,14 @@ def test_warnings_for_interfered_and_noisy_rows_come_first():
     out = findings.key_findings(df, reader=reader)
     assert any("1 of 2 rows were measured while other processes used up to 45% of the CPUs" in w
                for w in out.warnings)
-    assert any(w.startswith("1 of 2 rows are noisy") and "mobilenet_v2" in w for w in out.warnings)
+    assert any(w.startswith("1 of 2 rows is noisy") and "mobilenet_v2" in w for w in out.warnings)
     text = findings.as_markdown(out)
     assert text.index("**Warning:**") < text.index("**Models**")
 
 
 def test_no_warning_on_clean_rows():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.1})
-    assert findings.warnings(df) == []
+    assert caveats.warnings(df) == []
     assert "Warning" not in findings.as_markdown(findings.key_findings(df, reader=reader))
 
 
@@ -195,6 +195,13 @@ def test_failures_and_skips_are_named_with_why():
     (line,) = findings.key_findings(df, reader=reader).section("Failed and skipped")
     assert line.startswith("1 of 2 configurations produced no measurement")
     assert "resnet18 on cpu (bs64, gpu-amp) was skipped (fp16 training needs CUDA)" in line
+
+
+def test_a_long_error_is_cut_with_an_ellipsis():
+    rows = [_row("a"), _row("b", status="failed", error="RuntimeError: " + "x" * 400)]
+    df, reader = _frame(rows, {"a": 0.05})
+    (line,) = caveats.failures(df)
+    assert "\u2026)" in line and len(line) < 300
 
 
 def test_nothing_failed_leaves_the_section_out():
@@ -210,6 +217,14 @@ def test_thread_scaling_names_the_best_count_and_its_efficiency():
     (line,) = findings.key_findings(df, reader=reader).section("Scaling")
     assert line.startswith("2 threads train fastest for resnet18 on cpu (bs64): 1,020 samples/s, 1.60x [")
     assert "faster than 1 thread (640 samples/s)" in line and "parallel efficiency 80.0%" in line
+
+
+def test_more_threads_that_slow_training_down_are_said_to():
+    rows = [_row("t1", threads=1), _row("t2", threads=2)]
+    df, reader = _frame(rows, {"t1": 0.05, "t2": 0.10})
+    (line,) = findings.scaling(df, reader)
+    assert line.startswith("1 thread trains fastest for resnet18 on cpu (bs64): 2 threads train 0.50x [")
+    assert "slower against it (parallel efficiency 25.0%)" in line
 
 
 def test_no_rows_at_all():

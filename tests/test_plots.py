@@ -120,3 +120,15 @@ def test_scaling_axis_has_integer_ticks(tmp_path):
 def test_palette_is_colour_blind_safe_and_long_enough():
     assert plots.palette(3) == list(plots.OKABE_ITO[:3])
     assert len(plots.palette(12)) == 12 and plots.palette(12)[:8] == list(plots.OKABE_ITO)
+
+
+def test_batch_sweep_one_curve_per_swept_setting_and_plain_batch_ticks(tmp_path):
+    rows = [_row(run_id=f"b{b}t{t}", batch_size=b, threads=t, train_samples_per_s=b * t, train_step_s_median=0.1)
+            for b in (16, 32, 64) for t in (1, 2)]
+    rows.append(_row(run_id="oom", batch_size=128, threads=1, status="oom"))
+    fig = plots.batch_sweep(pd.DataFrame(rows), tmp_path)
+    labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert labels == ["resnet18 @ cpu, 1 threads", "resnet18 @ cpu, 2 threads"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["16", "32", "64", "128"]
+    heights = fig.axes[1].get_lines()[0].get_ydata()
+    assert np.allclose(heights, 300.0), "memory above baseline (300 MiB), not the process total"

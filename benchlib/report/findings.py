@@ -14,14 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..instruments import interference
 from . import fmt
-from .evidence import NOISE_FLAGS, SampleFiles, SampleReader, compare_rows
+from .caveats import failures, measured_rows, not_run, warnings
+from .evidence import SampleFiles, SampleReader, compare_rows
 from .findings_work import roofline_sentences, time_sentences
 from .stats import Comparison
-from .tables import BASELINE_VARIANTS, device_label, ok_rows, scaling_table, variant_speedups
-
-MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
+from .tables import BASELINE_VARIANTS, device_label, scaling_table, variant_speedups
 
 
 @dataclass
@@ -60,100 +58,12 @@ def _where(rows: pd.DataFrame) -> str:
     return f"{first['device']}, bs{int(first['batch_size'])}"
 
 
-def _prepared(df: pd.DataFrame) -> pd.DataFrame:
-    good = ok_rows(df) if not df.empty else df.copy()
-    if not good.empty:
-        good["device"] = device_label(good)
-    return good
-
-
 def _baseline(good: pd.DataFrame) -> pd.DataFrame:
     """The rows of each device's default variant where the study has several variants (like with like)."""
     if good.empty or good["variant"].nunique() < 2:
         return good
     base = good[good["variant"].isin(BASELINE_VARIANTS)]
     return base if not base.empty else good
-
-
-# Warnings and what did not run
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _named(rows: pd.DataFrame) -> str:
-    names = [f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']})"
-             for r in rows.head(MAX_NAMED).to_dict("records")]
-    more = len(rows) - len(names)
-    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
-
-
-def warnings(df: pd.DataFrame) -> list[str]:
-    """Rows whose figures should not be trusted: interfered, noisy, above their roof."""
-    good = _prepared(df)
-    if good.empty:
-        return []
-    out = []
-    interfered = interference.summarize(good)
-    if interfered:
-        out.append(interfered[0].upper() + interfered[1:] + ".")
-    noisy_mask = np.zeros(len(good), dtype=bool)
-    for column in NOISE_FLAGS:
-        if column in good:
-            noisy_mask |= good[column].fillna(False).astype(bool).to_numpy()
-    if noisy_mask.any():
-        out.append(f"{int(noisy_mask.sum())} of {len(good)} rows are noisy (IQR/median over 10% in their step times, "
-                   f"latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
-                   "measure them again on a quiet machine or with `repeats: 3`.")
-    if "above_roof" in good:
-        above = good[good["above_roof"].fillna(False).astype(bool)]
-        if not above.empty:
-            out.append(f"{len(above)} row(s) lie above their measured roof, a measurement error rather than a "
-                       f"finding: {_named(above)}.")
-    return out
-
-
-def failures(df: pd.DataFrame) -> list[str]:
-    """What produced no measurement, with why (one sentence, the first few named)."""
-    bad = df[df["status"] != "ok"] if not df.empty else df
-    invalid = df.attrs.get("invalid_rows")
-    lines = []
-    if not bad.empty:
-        bad = bad.assign(device=device_label(bad))
-        words = {"oom": "ran out of memory", "skipped": "was skipped", "unstable": "diverged (NaN or infinite loss)",
-                 "failed": "failed"}
-        named = []
-        for r in bad.head(MAX_NAMED).to_dict("records"):
-            why = str(r.get("error") or "").strip()
-            why = f" ({why[:120]})" if why and why.lower() != "nan" else ""
-            named.append(f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']}) "
-                         f"{words.get(str(r['status']), str(r['status']))}{why}")
-        more = len(bad) - len(named)
-        lines.append(f"{len(bad)} of {len(df)} configurations produced no measurement: " + "; ".join(named)
-                     + (f"; and {more} more (see the failures table)." if more > 0 else "."))
-    if invalid is not None and not invalid.empty:
-        lines.append(f"{len(invalid)} row file(s) could not be read and are not drawn (see the failures table).")
-    return lines
-
-
-def not_run(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = ()) -> list[str]:
-    """The questions this study did not ask: no second device, no variants, one batch size, ..."""
-    good = _prepared(df)
-    if good.empty:
-        return ["no configuration was measured"]
-    missing = []
-    if good["device"].nunique() < 2:
-        missing.append("a second device")
-    if good["variant"].nunique() < 2:
-        missing.append("optimization variants")
-    if good.groupby(["device", "model", "variant"])["batch_size"].nunique().max() < 2:
-        missing.append("several batch sizes")
-    configs = good["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
-    if configs.value_counts().max() < 2:
-        missing.append("repeats (one seed per configuration)")
-    if not any(k in good and good[k].nunique() > 1 for k in ("threads", "num_workers", "world_size")):
-        missing.append("thread, worker or process scaling")
-    if not profiles:
-        missing.append("profiles")
-    return missing
 
 
 # Which configuration is fastest, per question the study asks
@@ -222,7 +132,7 @@ def _latency(rows: pd.DataFrame) -> str:
 
 def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
     """Per model: the fastest device in training against the next, at the batch both ran with the most throughput."""
-    good = _baseline(_prepared(df))
+    good = _baseline(measured_rows(df))
     if good.empty or good["device"].nunique() < 2:
         return []
     reader = reader or SampleFiles()
@@ -250,7 +160,7 @@ def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
 
 def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
     """Per device: the model that trains fastest, the one with the lowest latency, the most accurate."""
-    good = _baseline(_prepared(df))
+    good = _baseline(measured_rows(df))
     if good.empty:
         return []
     reader = reader or SampleFiles()
@@ -337,7 +247,7 @@ def _like(rows: pd.DataFrame, like: pd.DataFrame, keys: Sequence[str] = KNOBS) -
 
 def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
     """Per device, model and variant with several batch sizes: the best against the smallest; what failed."""
-    good = _prepared(df)
+    good = measured_rows(df)
     if good.empty:
         return []
     reader = reader or SampleFiles()
@@ -385,7 +295,10 @@ def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
             best = grp.loc[pd.to_numeric(grp["train_samples_per_s"]).idxmax()]
             where = f" for {model} on {device} (bs{int(batch)})"
             if best[knob] == base[knob]:
-                lines.append(f"{_count(base[knob], word)} trains fastest{where}: more did not help.")
+                most = grp.loc[grp[knob].idxmax()]
+                lines.append(f"{_count(base[knob], word)} trains fastest{where}: {_count(most[knob], word)} train "
+                             f"{most['speedup_text']} against it (parallel efficiency "
+                             f"{fmt.percent_text(most['parallel_efficiency'])}).")
                 continue
             c = Comparison(float(best["speedup"]), float(best["ci_low"]), float(best["ci_high"]), float("nan"),
                            str(best["verdict"]), 0, 0)
@@ -403,7 +316,7 @@ def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
         out.not_run = ["no configuration was measured"]
         return out
     reader = reader or SampleFiles()
-    good = _prepared(df)
+    good = measured_rows(df)
     out.add("Devices", devices(df, reader))
     out.add("Models", models(df, reader))
     out.add("Optimization variants", variants(df, reader))

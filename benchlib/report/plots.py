@@ -57,6 +57,15 @@ def legend_outside(ax: plt.Axes, below: bool = False, **kwargs: Any) -> None:
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=anchor, fontsize=7, frameon=False, **kwargs)
 
 
+def batch_axis(ax: plt.Axes, sizes: Any) -> None:
+    """A log-2 batch-size axis ticked at the sizes measured, labelled 16, 32, 64 (not 2^4, 2^5, 2^6)."""
+    ticks = sorted({int(b) for b in pd.to_numeric(pd.Series(list(sizes)), errors="coerce").dropna()})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+
+
 def save(fig: plt.Figure, figures_dir: str | Path, name: str) -> Path:
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -215,8 +224,7 @@ def batch_sweep(df: pd.DataFrame, figures_dir: str | Path) -> plt.Figure | None:
             ax.axvline(r["batch_size"], color=OKABE_ITO[3], linestyle=":", alpha=0.8)
             ax.annotate(r["status"], (r["batch_size"], 0.02), xycoords=("data", "axes fraction"), color=OKABE_ITO[3],
                         fontsize=7, rotation=90)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
+        batch_axis(ax, data["batch_size"])
         ax.set_ylabel(label)
     legend_outside(axes[-1])
     fig.suptitle("batch-size sweep (dotted: batch sizes that failed)", fontsize=10)

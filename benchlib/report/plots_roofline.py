@@ -17,7 +17,7 @@ import seaborn as sns
 from ..roofline.ceilings import Ceilings
 from ..roofline.datasheet import datasheet_for
 from . import fmt
-from .plots import OKABE_ITO, legend_outside, palette, save
+from .plots import OKABE_ITO, batch_axis, legend_outside, palette, save
 from .tables import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
 
 DTYPE_STYLES = {"fp32": "-", "tf32": (0, (5, 1)), "bf16": "--", "fp16": "-.", "int8": ":"}
@@ -197,8 +197,7 @@ def batch_effect(df: pd.DataFrame, figures_dir: str | Path) -> plt.Figure | None
                      ax=axes[1], palette=palette(len(models)))
     axes[1].set_ylabel("achieved / roof, training (%)")
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
+        batch_axis(ax, good["batch_size"])
     legend_outside(axes[1])
     fig.tight_layout()
     save(fig, figures_dir, "roofline_batch_effect")

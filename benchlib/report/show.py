@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
+from . import fmt
 from .cells import numeric_columns, readable
 
 TABLE_STYLE = [
@@ -32,7 +33,7 @@ def _number_columns(cells: pd.DataFrame) -> list[str]:
 
 def styled(df: pd.DataFrame, *, text: bool = False) -> Any:
     """A pandas Styler of ``df`` in readable units (``text``: its cells are text already), numbers right-aligned."""
-    cells = df.astype(str) if text else readable(df)
+    cells = df.map(fmt.value_text) if text else readable(df)
     right = sorted(set(numeric_columns(df)) | set(_number_columns(cells)), key=list(cells.columns).index)
     styler = cells.style.hide(axis="index").set_table_styles(TABLE_STYLE)
     if right:

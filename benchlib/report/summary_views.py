@@ -27,6 +27,7 @@ INTERVAL_NOTE = ("the 95% bootstrap interval of the ratio of medians and a verdi
                  "interval excludes 1 and the change is at least 2%, else same; unknown with one sample a side). "
                  "Intervals from one run a side cover step-to-step noise, not run-to-run drift: study `repeats: 3` "
                  "or more to resample runs.")
+IDENTITY = ("machine", "hardware", "model", "batch_size", "variant")
 UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",
                        "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_used_bytes_max",
                        "gpu_power_w_mean", "gpu_temp_c_max", "cpu_temp_c_max", "threads_max", "telemetry_samples",
@@ -57,8 +58,9 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
     """The title and one line: how many configurations, on which devices, how many measured."""
     if df.empty:
         return Markdown(f"# {title}\n\nNo results in the given folders.")
-    devices = sorted({f"{h} ({n})" if isinstance(n, str) and n else str(h)
-                      for h, n in zip(df["hardware"], df.get("device_name", pd.Series([None] * len(df))))})
+    names = df.get("device_name", pd.Series([None] * len(df), index=df.index))
+    devices = sorted({f"{h} ({n})" if isinstance(n, str) and n else str(h) for h, n in zip(df["hardware"], names)
+                      if (isinstance(n, str) and n) or not names[df["hardware"] == h].notna().any()})
     machines = sorted(map(str, df["machine"].dropna().unique()))
     ok = int((df["status"] == "ok").sum())
     studies = ", ".join(sorted(map(str, df["study"].dropna().unique()))) if "study" in df else ""
@@ -177,7 +179,7 @@ def repeats(df: pd.DataFrame) -> None:
     for metric, label in REPEAT_LABELS.items():
         if f"{metric}_median" in agg:
             compact[label] = [_repeat_cell(r, metric) for _, r in agg.iterrows()]
-    display(show.table(compact.astype(str).replace({"nan": fmt.MISSING}), text=True))
+    display(show.table(compact, text=True))
     show.collapsed_table("Every statistic over the seeds (IQR, min, max)", agg)
 
 
@@ -246,7 +248,9 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
     show.heading("Hardware while it works")
     display(Markdown("Sampled every `telemetry_interval_s` in a background thread while each configuration ran; "
                      "energy from the NVML counter or RAPL where readable."))
-    display(show.table(_drop_empty(good[[c for c in UTILIZATION_COLUMNS if c in good]])))
+    utilization = good[[c for c in UTILIZATION_COLUMNS if c in good]]
+    sampled = utilization.drop(columns=[c for c in IDENTITY if c in utilization]).notna().any(axis="columns")
+    display(show.table(_drop_empty(utilization[sampled])))  # rows that trained (an evaluating variant did not)
     energy = _drop_empty(good[[c for c in ENERGY_COLUMNS if c in good]])
     if any(c.endswith("_j_per_sample") for c in energy):
         display(show.table(energy))

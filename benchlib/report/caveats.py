@@ -1,0 +1,108 @@
+"""What not to trust and what is missing: rows measured under interference, noisy or above their roof; what
+failed or was skipped, with why; and the questions a study did not ask.
+
+Pure, like ``findings``, which puts these first (warnings) and last (failures, what did not run).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..instruments import interference
+from .evidence import NOISE_FLAGS
+from .tables import device_label, ok_rows
+
+MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
+MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
+
+
+def measured_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The successful rows, each with the report's ``device`` label (machine:hardware across machines)."""
+    good = ok_rows(df) if not df.empty else df.copy()
+    if not good.empty:
+        good["device"] = device_label(good)
+    return good
+
+
+
+
+def _named(rows: pd.DataFrame) -> str:
+    names = [f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']})"
+             for r in rows.head(MAX_NAMED).to_dict("records")]
+    more = len(rows) - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def warnings(df: pd.DataFrame) -> list[str]:
+    """Rows whose figures should not be trusted: interfered, noisy, above their roof."""
+    good = measured_rows(df)
+    if good.empty:
+        return []
+    out = []
+    interfered = interference.summarize(good)
+    if interfered:
+        out.append(interfered[0].upper() + interfered[1:] + ".")
+    noisy_mask = np.zeros(len(good), dtype=bool)
+    for column in NOISE_FLAGS:
+        if column in good:
+            noisy_mask |= good[column].fillna(False).astype(bool).to_numpy()
+    if noisy_mask.any():
+        n = int(noisy_mask.sum())
+        out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over 10% in their step "
+                   f"times, latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
+                   "measure them again on a quiet machine or with `repeats: 3`.")
+    if "above_roof" in good:
+        above = good[good["above_roof"].fillna(False).astype(bool)]
+        if not above.empty:
+            out.append(f"{len(above)} row(s) lie above their measured roof, a measurement error rather than a "
+                       f"finding: {_named(above)}.")
+    return out
+
+
+def failures(df: pd.DataFrame) -> list[str]:
+    """What produced no measurement, with why (one sentence, the first few named)."""
+    bad = df[df["status"] != "ok"] if not df.empty else df
+    invalid = df.attrs.get("invalid_rows")
+    lines = []
+    if not bad.empty:
+        bad = bad.assign(device=device_label(bad))
+        words = {"oom": "ran out of memory", "skipped": "was skipped", "unstable": "diverged (NaN or infinite loss)",
+                 "failed": "failed"}
+        named = []
+        for r in bad.head(MAX_NAMED).to_dict("records"):
+            why = str(r.get("error") or "").strip()
+            why = why if len(why) <= MAX_REASON else why[:MAX_REASON - 1].rstrip() + "\u2026"
+            why = f" ({why})" if why and why.lower() != "nan" else ""
+            named.append(f"{r['model']} on {r['device']} (bs{int(r['batch_size'])}, {r['variant']}) "
+                         f"{words.get(str(r['status']), str(r['status']))}{why}")
+        more = len(bad) - len(named)
+        lines.append(f"{len(bad)} of {len(df)} configurations produced no measurement: " + "; ".join(named)
+                     + (f"; and {more} more (see the failures table)." if more > 0 else "."))
+    if invalid is not None and not invalid.empty:
+        lines.append(f"{len(invalid)} row file(s) could not be read and are not drawn (see the failures table).")
+    return lines
+
+
+def not_run(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The questions this study did not ask: no second device, no variants, one batch size, ..."""
+    good = measured_rows(df)
+    if good.empty:
+        return ["no configuration was measured"]
+    missing = []
+    if good["device"].nunique() < 2:
+        missing.append("a second device")
+    if good["variant"].nunique() < 2:
+        missing.append("optimization variants")
+    if good.groupby(["device", "model", "variant"])["batch_size"].nunique().max() < 2:
+        missing.append("several batch sizes")
+    configs = good["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+    if configs.value_counts().max() < 2:
+        missing.append("repeats (one seed per configuration)")
+    if not any(k in good and good[k].nunique() > 1 for k in ("threads", "num_workers", "world_size")):
+        missing.append("thread, worker or process scaling")
+    if not profiles:
+        missing.append("profiles")
+    return missing
