@@ -1,8 +1,8 @@
 """A real one-node SLURM cluster for tests: munged, slurmctld and slurmd started in a temporary folder.
 
 Everything lives in that folder (config, munge key and socket, state, spool, logs, pid files) on ports of
-its own, reached at 127.0.0.1 (no name service needed), so it touches no system SLURM. The daemons are stopped by their pid files when the block ends,
-also when starting them failed.
+its own, reached at 127.0.0.1 (no name service needed), so it touches no system SLURM. The daemons are
+stopped by their pid files when the block ends, also when starting them failed.
 """
 from __future__ import annotations
 
