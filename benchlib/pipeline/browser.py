@@ -63,6 +63,7 @@ _PAGE_FACTS = """(async () => {
       if (next) tables.push(next);
     }
   }
+  tables = tables.filter(t => !t.closest('details:not([open])'));  // behind a click: not what a reader sees first
   return {
     title: document.title,
     viewport: window.innerWidth,

@@ -64,8 +64,12 @@ def collapsed_table(summary: str, df: pd.DataFrame, *, text: bool = False) -> No
         display(collapsible(summary, table_html(df, text=text)))
 
 
-def heading(text: str, level: int = 2) -> None:
-    display(Markdown(f"{'#' * level} {text}"))
+def heading(text: str, level: int = 2, anchor: str | None = None) -> None:
+    """A section heading; ``anchor`` gives it a fixed id (links and checks find it), not one made from its text."""
+    if anchor is None:
+        display(Markdown(f"{'#' * level} {text}"))
+    else:
+        display(HTML(f'<h{level} id="{html.escape(anchor)}">{html.escape(text)}</h{level}>'))
 
 
 def _title(fig: Any) -> str:
