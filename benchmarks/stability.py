@@ -62,10 +62,11 @@ def main() -> None:
               f"{interference[-1] or 0:.1f}% of the CPUs, steal {steal[-1] or 0:.1f}%"
               f"{'  INTERFERED' if row.get('interfered') else ''}", file=sys.stderr, flush=True)
     q1, med, q3 = np.percentile(medians, [25, 50, 75])
-    result = {"step_median_s": medians, "spread_iqr_over_median": (q3 - q1) / med,
+    result = {"step_median_s": medians, "spread_iqr_over_median": float((q3 - q1) / med),
               "range_over_median": (max(medians) - min(medians)) / med, "runs_noisy": sum(noisy),
               "interference_cpu_pct": interference, "steal_pct": steal, "goal": 0.05,
-              "meets_goal": (q3 - q1) / med <= 0.05, "runs": args.runs, "steps": args.steps, "threads": args.threads,
+              "meets_goal": bool((q3 - q1) / med <= 0.05),
+              "runs": args.runs, "steps": args.steps, "threads": args.threads,
               "env": args.env, "extra": args.extra, "wall_s": time.perf_counter() - t0}
     print(json.dumps(result))
     if args.json:
