@@ -124,3 +124,33 @@ def test_dataloader_style_workers_count_as_this_process():
     assert own.mean() > 60.0 * 1.5 / (1.5 + 0.2), own.tolist()  # the worker's busy core is ours
     got = interference.measure(frame, [0] if len(usable_cpu_ids()) == 1 else usable_cpu_ids())
     assert got.interfered is False, got.describe()
+
+
+def _busy_peer(seconds: float) -> subprocess.Popen:
+    """A process that is not this one's child worker: as a data-parallel peer rank is to each rank."""
+    return subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
+                             "while time.time() < end:\n    pass\n"])
+
+
+def _interference_beside_a_busy_peer(peer_is_ours: bool) -> float:
+    peer = _busy_peer(1.5)
+    try:
+        time.sleep(0.1)  # running before sampling starts, as ranks are after their first collective
+        with TelemetrySampler(0.1, gpus=False, peer_pids=[peer.pid] if peer_is_ours else []) as sampler:
+            sampler.set_phase("train")
+            peer.wait(timeout=30)
+    finally:
+        peer.kill()
+        peer.wait()
+    got = interference.measure(sampler.result.frame, usable_cpu_ids())
+    assert got.cpu_pct is not None
+    return got.cpu_pct
+
+
+def test_a_data_parallel_peer_rank_counts_as_the_runs_own_cpu():
+    """The other ranks of a data-parallel run on this machine are the run, not interference; any other
+    process is. Compared side by side, so load from elsewhere lands on both figures."""
+    ours = _interference_beside_a_busy_peer(peer_is_ours=True)
+    theirs = _interference_beside_a_busy_peer(peer_is_ours=False)
+    one_core_pct = 100 / len(usable_cpu_ids())
+    assert theirs - ours > one_core_pct * 0.5, (ours, theirs)

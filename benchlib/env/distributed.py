@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +89,19 @@ def all_ok(ok: bool, info: DistInfo | None) -> bool:
 def local_world_size() -> int:
     """Processes torchrun started on this node (1 without torchrun)."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def local_peer_pids(info: DistInfo | None) -> list[int]:
+    """The process ids of the other ranks on this machine (a collective: every rank calls it).
+
+    Their CPU is the run's own: without them a data-parallel row reads its own ranks as interference.
+    """
+    if info is None:
+        return []
+    mine = (socket.gethostname(), os.getpid())
+    everyone: list[tuple[str, int] | None] = [None] * info.world_size
+    dist.all_gather_object(everyone, mine)
+    return [entry[1] for entry in everyone if entry is not None and entry[0] == mine[0] and entry != mine]
 
 
 def per_rank_batch(global_batch: int, info: DistInfo | None) -> int:

@@ -234,14 +234,20 @@ class TelemetrySampler:
     """Samples telemetry in a daemon thread from ``start()`` to ``stop()`` (or as a context manager)."""
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, *, gpus: bool = True,
-                 gpu_indices: Sequence[int] | None = None, gpu_uuids: Sequence[str] | None = None):
-        """``gpu_uuids`` (the run's devices as torch names them) or ``gpu_indices`` (NVML's) pick the GPUs."""
+                 gpu_indices: Sequence[int] | None = None, gpu_uuids: Sequence[str] | None = None,
+                 peer_pids: Sequence[int] = ()):
+        """``gpu_uuids`` (the run's devices as torch names them) or ``gpu_indices`` (NVML's) pick the GPUs.
+
+        ``peer_pids``: the run's other processes on this machine (data-parallel ranks), whose CPU is the
+        run's own, not interference.
+        """
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.interval_s = float(interval_s)
         self.gpus = gpus
         self.gpu_indices = None if gpu_indices is None else list(gpu_indices)
         self.gpu_uuids = None if gpu_uuids is None else list(gpu_uuids)
+        self.peer_pids = list(peer_pids)
         self.result: Telemetry | None = None
         self._phase = ""
         self._stop = threading.Event()
@@ -320,9 +326,10 @@ class TelemetrySampler:
         return stride
 
     def _processes(self) -> dict[str, Any]:
-        """Processes on the machine. The multiprocessing children (DataLoader workers) join this process's
-        own CPU figure; any other child (a shell command, a helper) counts as another process."""
-        self._cpu_source.set_children([p.pid for p in multiprocessing.active_children() if p.pid is not None])
+        """Processes on the machine. The multiprocessing children (DataLoader workers) and the run's peer
+        ranks join this process's own CPU figure; any other process (a shell command, a helper) is another's."""
+        children = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+        self._cpu_source.set_children(children + self.peer_pids)
         return {"processes": len(psutil.pids())}
 
     def _probe_slow_sources(self) -> dict[str, int]:

@@ -189,7 +189,9 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         f"evaluating the weights {trained_by} trained" if trained_by else
         f"{per_epoch} batches/epoch, {s.warmup_steps} warmup step(s) untimed"))
     uuids = _gpu_uuids(device, dist_info)
-    sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpu_uuids=uuids)
+    peers = distributed.local_peer_pids(dist_info)  # every rank, before any of them starts sampling
+    sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpu_uuids=uuids,
+                                                                peer_pids=peers)
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)
     loadavg_1m = _loadavg_1m()
