@@ -77,7 +77,7 @@ def test_tiny_study_through_papermill(tmp_path):
     summary = (reports / "tiny" / "summary.html").read_text()
     index = (reports / "index.html").read_text()
     assert "Key findings" in summary and "squeezenet1_1" in summary
-    assert summary.index('id="Key-findings"') < summary.index('id="Results"') < summary.index('id="How-it-was-run"')
+    assert summary.index('id="Key-findings"') < summary.index('id="headline"') < summary.index('id="How-it-was-run"')
     assert "Cross-device speedup" not in summary and "Optimization variants" not in summary, "no empty sections"
     assert "Not in this study: a second device, optimization variants" in summary
     assert "views.pair_table" not in summary, "published HTML hides the code"
