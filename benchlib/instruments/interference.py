@@ -16,13 +16,14 @@ time counts as busy in /proc/stat, so it is taken out here and reported on its o
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+from ..store.schema import finite_float
 
 DEFAULT_THRESHOLD_PCT = 10.0  # of the cores the run may use; the sampler and kernel stay well under it
 TIMED_PHASES = ("train", "latency")
@@ -70,14 +71,6 @@ class Interference:
                 "interference": self.describe(), "interference_threshold_pct": self.threshold_pct}
 
 
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
 def _mean(values: Iterable[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return sum(kept) / len(kept) if kept else None
@@ -89,11 +82,11 @@ def other_cores(row: dict[str, Any], usable: Sequence[int]) -> float | None:
     Unclipped because this process's own figure can lag (a DataLoader worker found late brings its CPU
     in one window): the negative sample that follows a positive one cancels it in the phase's mean.
     """
-    busy = [_float(row.get(f"cpu{i}_util_pct")) for i in usable]
-    own = _float(row.get("proc_cpu_util_pct"))
+    busy = [finite_float(row.get(f"cpu{i}_util_pct")) for i in usable]
+    own = finite_float(row.get("proc_cpu_util_pct"))
     if own is None or not busy or any(b is None for b in busy):
         return None
-    stolen = (_float(row.get("steal_pct")) or 0.0) / 100.0 * len(usable)
+    stolen = (finite_float(row.get("steal_pct")) or 0.0) / 100.0 * len(usable)
     return sum(b for b in busy if b is not None) / 100.0 - own / 100.0 - stolen
 
 
@@ -107,13 +100,13 @@ def measure(frame: pd.DataFrame, usable: Sequence[int], *, threshold_pct: float 
     shares = [other_cores(r, usable) for r in rows] if usable else []
     cores = _mean(shares)
     gpu_cols = [c for c in frame.columns if _GPU_PROCESSES_COLUMN.fullmatch(c)]
-    gpu_counts = [_float(v) for c in gpu_cols for v in frame[c]]
+    gpu_counts = [finite_float(v) for c in gpu_cols for v in frame[c]]
     held = [int(v) for v in gpu_counts if v is not None]
     return Interference(
         cpu_pct=None if cores is None else max(0.0, 100.0 * cores / len(usable)),
-        steal_pct=_mean(_float(r.get("steal_pct")) for r in rows),
+        steal_pct=_mean(finite_float(r.get("steal_pct")) for r in rows),
         usable_cpus=len(usable), threshold_pct=float(threshold_pct), loadavg_1m_before=loadavg_1m_before,
-        cpu_freq_mhz_mean=_mean(_float(r.get("cpu_freq_mhz")) for r in rows),
+        cpu_freq_mhz_mean=_mean(finite_float(r.get("cpu_freq_mhz")) for r in rows),
         # this process holds one context on each of the run's GPUs: the rest are others'
         gpu_other_processes_max=max(0, max(held) - 1) if held else None,
     )
@@ -141,12 +134,12 @@ def summarize(rows: pd.DataFrame) -> str | None:
 def _column_max(rows: pd.DataFrame, column: str) -> float | None:
     if column not in rows:
         return None
-    return _float(pd.to_numeric(rows[column], errors="coerce").max())
+    return finite_float(pd.to_numeric(rows[column], errors="coerce").max())
 
 
 def flagged_threshold(rows: pd.DataFrame) -> float:
     """The smallest threshold the rows were judged by (the default where the rows do not say)."""
     if "interference_threshold_pct" not in rows:
         return DEFAULT_THRESHOLD_PCT
-    low = _float(pd.to_numeric(rows["interference_threshold_pct"], errors="coerce").min())
+    low = finite_float(pd.to_numeric(rows["interference_threshold_pct"], errors="coerce").min())
     return DEFAULT_THRESHOLD_PCT if low is None else low

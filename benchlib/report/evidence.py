@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..engine.inference import BATCHES_PER_THROUGHPUT_REPEAT
 from ..store.rows import read_samples
+from ..store.schema import finite_float
 from .stats import PRACTICAL_THRESHOLD, Comparison, compare
 
 
@@ -78,14 +79,6 @@ class SampleFiles:
         return self._cache[key]
 
 
-def _finite(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
 def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:
     """The metric's samples over ``rows``: each row's raw series where kept, else its one value."""
     out: list[np.ndarray] = []
@@ -96,7 +89,7 @@ def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndar
             if not part.empty:
                 out.append(metric.of_samples(part.to_numpy(dtype=float), row))
                 continue
-        value = _finite(row.get(metric.column))
+        value = finite_float(row.get(metric.column))
         if value is not None:
             out.append(np.asarray([value]))
     return np.concatenate(out) if out else np.asarray([], dtype=float)

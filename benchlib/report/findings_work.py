@@ -6,26 +6,18 @@ below it; the fraction of roof is the achieved FLOP/s over the roof at that inte
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from ..instruments.profiler import BREAKDOWN_CATEGORIES
+from ..store.schema import finite_float
 from . import fmt
 
 CATEGORY_WORDS = {"data_loading": "data loading", "memcpy": "memory copies", "compute": "compute",
                   "cpu_exec": "CPU-side execution (launches, Python)", "other": "other"}
 MIN_SHARE = 0.05  # breakdown categories under 5% of the step are not named
-
-
-def _num(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def bound(intensity: float | None, peak_flops_per_s: float | None, bandwidth_bytes_per_s: float | None) -> str | None:
@@ -36,10 +28,11 @@ def bound(intensity: float | None, peak_flops_per_s: float | None, bandwidth_byt
 
 
 def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
-    peak, bandwidth = _num(row.get("roof_peak_flops_per_s")), _num(row.get("roof_bandwidth_bytes_per_s"))
-    intensity = _num(row.get("train_arithmetic_intensity"))
+    peak = finite_float(row.get("roof_peak_flops_per_s"))
+    bandwidth = finite_float(row.get("roof_bandwidth_bytes_per_s"))
+    intensity = finite_float(row.get("train_arithmetic_intensity"))
     kind = bound(intensity, peak, bandwidth)
-    fraction = _num(row.get("roof_fraction"))
+    fraction = finite_float(row.get("roof_fraction"))
     if kind is None or fraction is None or peak is None or bandwidth is None or intensity is None:
         return None
     dtype = str(row.get("roof_dtype") or "")
@@ -48,7 +41,8 @@ def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
             f"{fmt.significant(peak / bandwidth)}, reaching {fmt.percent_text(fraction)} of its {dtype} roof "
             f"({fmt.flops_text(row.get('achieved_train_flops_per_s'))} of "
             f"{fmt.flops_text(row.get('train_roof_flops_per_s'))}){spread}")
-    infer_fraction, infer_intensity = _num(row.get("infer_roof_fraction")), _num(row.get("arithmetic_intensity"))
+    infer_fraction = finite_float(row.get("infer_roof_fraction"))
+    infer_intensity = finite_float(row.get("arithmetic_intensity"))
     infer_kind = bound(infer_intensity, peak, bandwidth)
     if infer_fraction is not None and infer_kind is not None:
         text += f"; inference is {infer_kind}-bound at {fmt.percent_text(infer_fraction)} of its roof"
@@ -85,7 +79,7 @@ def _top_operator(profile: Mapping[str, Any], step_us: float) -> str | None:
     if not isinstance(table, pd.DataFrame) or table.empty or column not in table:
         return None
     top = table.loc[pd.to_numeric(table[column], errors="coerce").idxmax()]
-    share = _num(top[column])
+    share = finite_float(top[column])
     where = "device" if use_device else "CPU"
     if share is None:
         return None

@@ -7,6 +7,7 @@ report's data dictionary is generated from it.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -284,6 +285,15 @@ def _is_kind(value: object, kind: str) -> bool:
     if kind == "bool":
         return isinstance(value, bool)
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite_float(value: object) -> float | None:
+    """A cell as a finite float: None for what is missing, not a number, NaN or infinite."""
+    try:
+        out = float(value)  # type: ignore[arg-type]  # whatever a cell holds: float() decides
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
 
 
 def row_problem(row: Mapping[str, object]) -> str | None:
