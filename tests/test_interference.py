@@ -133,12 +133,12 @@ def _busy_peer(seconds: float) -> subprocess.Popen:
 
 
 def _interference_beside_a_busy_peer(peer_is_ours: bool) -> float:
-    peer = _busy_peer(1.5)
+    peer = _busy_peer(5.0)  # busy through the whole window; reaped only after it, as a sibling rank never is
     try:
         time.sleep(0.1)  # running before sampling starts, as ranks are after their first collective
         with TelemetrySampler(0.1, gpus=False, peer_pids=[peer.pid] if peer_is_ours else []) as sampler:
             sampler.set_phase("train")
-            peer.wait(timeout=30)
+            time.sleep(1.5)
     finally:
         peer.kill()
         peer.wait()
