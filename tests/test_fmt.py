@@ -30,5 +30,6 @@ def test_units():
     assert fmt.seconds_text(249) == "4 min 09 s"
     assert fmt.seconds_text(7500) == "2 h 05 min"
     assert fmt.percent_text(0.9694) == "96.9%"
+    assert fmt.percent_text(0.0000250) == "<0.01%" and fmt.percent_text(0) == "0%"
     assert fmt.ratio_text(1.2634, 1.19, 1.33) == "1.26x [1.19, 1.33]"
     assert fmt.value_text(True) == "yes" and fmt.value_text(12) == "12"

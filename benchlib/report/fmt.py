@@ -103,9 +103,13 @@ def ms_text(value_ms: Any) -> str:
 
 
 def percent_text(fraction: Any, digits: int = 3) -> str:
-    """A fraction as a percentage: 0.9694 -> 96.9%."""
+    """A fraction as a percentage: 0.9694 -> 96.9%; a share under 0.01% reads <0.01%."""
     x = _number(fraction)
-    return MISSING if x is None else f"{significant(x * 100, digits)}%"
+    if x is None:
+        return MISSING
+    if 0 < abs(x) < 1e-4:  # under 0.01%: the digits would only say how small
+        return "<0.01%" if x > 0 else "-<0.01%"
+    return f"{significant(x * 100, digits)}%"
 
 
 def ratio_text(ratio: Any, low: Any = None, high: Any = None) -> str:
