@@ -3,10 +3,16 @@
 Every claim a report makes is a comparison (GPU against CPU, AMP against fp32, this commit against the
 last). A bare ratio of two medians hides how much of it is noise; here each ratio comes from the raw
 samples behind the two figures: a seeded bootstrap interval of the ratio of medians (scipy's percentile
-bootstrap, each side resampled apart, 95% by default), a Mann-Whitney U test of "is there a difference at
-all", and a verdict: ``faster`` (or ``better``) / ``slower`` (``worse``) when the interval excludes 1 and
-the change is at least the practical threshold (2%), else ``same``. With fewer than two samples a side
-there is no interval and the verdict is ``unknown``: the ratio stands alone, and says so.
+bootstrap, each side resampled apart, 95% by default), a test of "is there a difference at all", and a
+verdict: ``faster`` (or ``better``) / ``slower`` (``worse``) when the interval excludes 1, the change is at
+least the practical threshold (2%) and the test finds a difference (p < 0.05), else ``same``. With fewer
+than two samples a side there is no interval and the verdict is ``unknown``: the ratio stands alone.
+
+The test is Mann-Whitney's U where each side has at least four values. With three or fewer a rank test
+cannot reach p < 0.05 at all (three against three, fully separated, gives p = 0.1), while a percentile
+bootstrap of so few values is too narrow: three runs a side on a machine whose speed drifted 15% between
+them were called "faster". There the test is Welch's t on the logarithms (ratios are multiplicative), which
+a large, clean difference passes and a drift as large as the runs' own spread does not.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
+ALPHA = 0.05
+MIN_RANK_TEST = 4  # values a side for Mann-Whitney to be able to reach p < ALPHA
 PRACTICAL_THRESHOLD = 0.02  # a change under 2% is "same", however sure
 RESAMPLES = 2000
 SEED = 0
@@ -38,6 +46,7 @@ class Comparison:
     n_a: int
     n_b: int
     level: str = "samples"  # what was resampled: "samples" of one run a side, or "runs" (repeats' figures)
+    test: str = ""  # the test behind p_value: "mann-whitney" or "welch-log" (three or fewer values a side)
 
     def text(self) -> str:
         """``1.23x [1.10, 1.35] faster``: the ratio, its interval and the verdict, for tables."""
@@ -63,14 +72,27 @@ def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.asarray(np.median(a, axis=axis) / np.median(b, axis=axis))
 
 
-def verdict_of(ratio: float, ci_low: float, ci_high: float, *, threshold: float = PRACTICAL_THRESHOLD,
-               words: tuple[str, str] = ("faster", "slower")) -> str:
-    """``words[0]``/``words[1]`` when the interval excludes 1 and the change is at least ``threshold``."""
+def verdict_of(ratio: float, ci_low: float, ci_high: float, *, p_value: float = 0.0,
+               threshold: float = PRACTICAL_THRESHOLD, words: tuple[str, str] = ("faster", "slower")) -> str:
+    """``words[0]``/``words[1]`` when the interval excludes 1, the change is at least ``threshold`` and the
+    test found a difference (``p_value`` < 0.05)."""
     if not all(math.isfinite(x) for x in (ratio, ci_low, ci_high)):
         return "unknown"
-    if ci_low <= 1.0 <= ci_high or abs(ratio - 1.0) < threshold:
+    if ci_low <= 1.0 <= ci_high or abs(ratio - 1.0) < threshold or not p_value < ALPHA:
         return "same"
     return words[0] if ratio > 1.0 else words[1]
+
+
+def difference_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str]:
+    """(p value, test name) of "a and b differ": Mann-Whitney U, or Welch's t on logs under four values a side."""
+    if min(a.size, b.size) >= MIN_RANK_TEST:
+        return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), "mann-whitney"
+    if np.any(a <= 0) or np.any(b <= 0):
+        return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), "mann-whitney"
+    la, lb = np.log(a), np.log(b)
+    if np.ptp(la) == 0 and np.ptp(lb) == 0:
+        return (1.0 if la[0] == lb[0] else 0.0), "welch-log"
+    return float(stats.ttest_ind(la, lb, equal_var=False).pvalue), "welch-log"
 
 
 def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, higher_is_better: bool,
@@ -92,16 +114,16 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
         return Comparison(ratio, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
     if np.ptp(first) == 0 and np.ptp(second) == 0:  # constant sides: the ratio is exact
         low = high = ratio
-        p_value = 1.0 if first[0] == second[0] else 0.0
+        p_value, test = (1.0 if first[0] == second[0] else 0.0), "exact"
     else:
         boot = stats.bootstrap((first, second), _median_ratio, vectorized=True, paired=False,
                                n_resamples=RESAMPLES, confidence_level=confidence, method="percentile",
                                rng=np.random.default_rng(seed))
         low, high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
-        p_value = float(stats.mannwhitneyu(xa, xb, alternative="two-sided").pvalue)
+        p_value, test = difference_test(xa, xb)
     words = ("faster", "slower") if timing else ("better", "worse")
-    return Comparison(ratio, low, high, p_value, verdict_of(ratio, low, high, threshold=threshold, words=words),
-                      n_a, n_b)
+    verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
+    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test)
 
 
 def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,
