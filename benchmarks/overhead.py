@@ -6,7 +6,10 @@ process: ``benchlib run`` (resnet18, synthetic data on the device, batch 64, 32 
 5 warmup steps) against a bare loop in plain PyTorch (the same model, SGD with the same momentum and
 weight decay, the same threads, random batches generated once and cycled, throughput as samples over
 the summed step times), alternated over several rounds so drift on the machine lands on both. The ratio
-(benchlib / bare) comes with the 95% bootstrap interval of the ratio of medians over rounds.
+(benchlib / bare) comes with the 95% bootstrap interval of the ratio of medians over rounds, and, since
+each round's two processes run back to back, with the median of the per-round ratios and its interval
+(pairing cancels drift slower than a round; the machine's own speed moves within seconds, see
+machine_speed.py, so many rounds and longer runs narrow it more than pairing does).
 
     .venv/bin/python benchmarks/overhead.py [--rounds 5] [--steps 30] [--threads 2] [--json out.json]
 
@@ -87,9 +90,9 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    from benchlib.report.stats import compare
+    from benchlib.report.stats import compare, spread
 
-    bench, plain, ratios, interfered = [], [], [], []
+    bench, plain, ratios, interfered, drifted = [], [], [], [], []
     t_start = time.perf_counter()
     for r in range(args.rounds):
         first_bare = r % 2 == 1  # alternate which goes first, so a drifting machine favours neither
@@ -98,6 +101,7 @@ def main() -> None:
         row = benchlib_run(args)
         bench.append(float(row["train_samples_per_s"]))
         interfered.append(row.get("interference"))
+        drifted.append(row.get("machine_drifted"))
         if not first_bare:
             plain.append(bare(args))
         ratios.append(bench[-1] / plain[-1])
@@ -105,8 +109,13 @@ def main() -> None:
               f"ratio {ratios[-1]:.3f}{'  INTERFERED: ' + row['interference'] if row.get('interference') else ''}",
               file=sys.stderr, flush=True)
     c = compare(bench, plain, higher_is_better=True)
+    # the rounds are pairs run back to back: the median of the per-round ratios cancels drift slower than a
+    # round, which the ratio of the two sides' medians does not
+    paired, paired_low, paired_high = spread(ratios)
     result = {"benchlib_samples_per_s": bench, "bare_samples_per_s": plain, "round_ratios": ratios,
               "ratio_of_medians": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict,
+              "p_value": c.p_value, "test": c.test, "paired_ratio_median": paired, "paired_ci_low": paired_low,
+              "paired_ci_high": paired_high, "machine_drifted_rounds": sum(bool(d) for d in drifted),
               "target": 0.99, "meets_target": c.ratio >= 0.99, "interfered_rounds": sum(bool(i) for i in interfered),
               "rounds": args.rounds, "steps": args.steps, "threads": args.threads, "batch_size": args.batch_size,
               "image_size": args.image_size, "extra": args.extra, "wall_s": time.perf_counter() - t_start}

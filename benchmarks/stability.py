@@ -4,7 +4,8 @@ One run's step times say how steady the steps were; whether the next run of the 
 same figure is another question, and the one a comparison between two commits depends on. This runs
 ``benchlib run`` (resnet18, batch 64, 32 px, 2 threads, 30 timed steps by default) in N fresh processes,
 one after another, and reports the IQR/median of their step medians, how many runs flagged their own
-steps noisy, and how many were measured under interference (with the figure): where the machine is the
+steps noisy, how many were measured under interference (with the figure), and how many saw the machine's
+own speed drift under them (``machine_drifted``, see instruments/drift.py): where the machine is the
 cause, the rows say so.
 
     .venv/bin/python benchmarks/stability.py [--runs 5] [--steps 30] [--env KEY=VALUE ...] [--extra ...]
@@ -49,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(os.environ, **dict(kv.split("=", 1) for kv in args.env))
 
-    medians, noisy, interference, steal = [], [], [], []
+    medians, noisy, interference, steal, drift_pct, drifted = [], [], [], [], [], []
     t0 = time.perf_counter()
     for i in range(args.runs):
         row = one_run(args, env)
@@ -57,14 +58,18 @@ def main() -> None:
         noisy.append(bool(row["train_step_noisy"]))
         interference.append(row.get("interference_cpu_pct"))
         steal.append(row.get("steal_pct"))
+        drift_pct.append(row.get("train_step_drift_pct"))
+        drifted.append(bool(row.get("machine_drifted")))
         print(f"run {i + 1}/{args.runs}: step median {medians[-1] * 1e3:.1f} ms (IQR "
               f"{row['train_step_s_iqr'] * 1e3:.1f} ms{', noisy' if noisy[-1] else ''}), other processes "
-              f"{interference[-1] or 0:.1f}% of the CPUs, steal {steal[-1] or 0:.1f}%"
+              f"{interference[-1] or 0:.1f}% of the CPUs, steal {steal[-1] or 0:.1f}%, steps drifted "
+              f"{drift_pct[-1] or 0:.0f}%{' (machine drifted)' if drifted[-1] else ''}"
               f"{'  INTERFERED' if row.get('interfered') else ''}", file=sys.stderr, flush=True)
     q1, med, q3 = np.percentile(medians, [25, 50, 75])
     result = {"step_median_s": medians, "spread_iqr_over_median": float((q3 - q1) / med),
               "range_over_median": (max(medians) - min(medians)) / med, "runs_noisy": sum(noisy),
               "interference_cpu_pct": interference, "steal_pct": steal, "goal": 0.05,
+              "train_step_drift_pct": drift_pct, "runs_machine_drifted": sum(drifted),
               "meets_goal": bool((q3 - q1) / med <= 0.05),
               "runs": args.runs, "steps": args.steps, "threads": args.threads,
               "env": args.env, "extra": args.extra, "wall_s": time.perf_counter() - t0}
