@@ -90,6 +90,10 @@ def test_a_run_beside_a_cpu_hog_is_flagged_and_a_quiet_one_is_not():
     quiet = _row()
     assert quiet["interfered"] is False, quiet["interference"]
     assert quiet["interference_cpu_pct"] is not None and quiet["loadavg_1m_before"] is not None
+    # the machine's own drift is read from the same run's steps (whether it drifted depends on the host)
+    assert quiet["train_step_drift_pct"] >= 0 and 0 <= quiet["train_step_drift_p"] <= 1
+    assert quiet["machine_drifted"] in (True, False) and -1 <= quiet["train_step_autocorr"] <= 1
+    assert (quiet["machine_drift"] is None) == (not quiet["machine_drifted"])
 
     loop = "import time\nend = time.time() + 120\nwhile time.time() < end: pass\n"
     hog = subprocess.Popen([sys.executable, "-c", loop])  # a child, but not a DataLoader worker: another process

@@ -109,6 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if row.get("interfered"):
         print(f"benchlib: warning: {row['run_id']} was measured while {row['interference']}: its numbers are not "
               "trustworthy", file=sys.stderr)
+    elif row.get("machine_drifted"):
+        print(f"benchlib: warning: {row['run_id']}: {row['machine_drift']}; a single run here is uncertain by about "
+              "that much: compare repeats (seeds)", file=sys.stderr)
     if args.json:
         print(
             json.dumps(row, default=str, allow_nan=False)

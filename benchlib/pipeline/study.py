@@ -23,7 +23,7 @@ from papermill.exceptions import PapermillExecutionError
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..errors import ConfigError, DiskFull
-from ..instruments import interference
+from ..instruments import drift, interference
 from ..report.rules import run_rules, superseded_rows
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..run.outcome import error_text
@@ -188,8 +188,10 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     if summary:
         summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
                   cell_timeout_s=cell_timeout_s, description=cfg.description)
-    if warning := interference.summarize(mine[mine["status"] == "ok"]):
-        print(f"benchlib: warning: {warning}", file=sys.stderr, flush=True)
+    measured = mine[mine["status"] == "ok"]
+    for warning in (interference.summarize(measured), drift.summarize(measured)):
+        if warning:
+            print(f"benchlib: warning: {warning}", file=sys.stderr, flush=True)
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
          f"complete, {failed} failed; {configs_failed} failed configuration(s); report {paths.reports.index}")
     return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..instruments import interference
+from ..instruments import drift, interference
 from .evidence import NOISE_FLAGS
 from .tables import device_label, ok_rows
 
@@ -37,7 +37,7 @@ def _named(rows: pd.DataFrame) -> str:
 
 
 def warnings(df: pd.DataFrame) -> list[str]:
-    """Rows whose figures should not be trusted: interfered, noisy, above their roof."""
+    """Rows whose figures should not be trusted: interfered, drifting machine, noisy, above their roof."""
     good = measured_rows(df)
     if good.empty:
         return []
@@ -45,6 +45,9 @@ def warnings(df: pd.DataFrame) -> list[str]:
     interfered = interference.summarize(good)
     if interfered:
         out.append(interfered[0].upper() + interfered[1:] + ".")
+    drifted = drift.summarize(good)
+    if drifted:
+        out.append(drifted[0].upper() + drifted[1:] + ".")
     noisy_mask = np.zeros(len(good), dtype=bool)
     for column in NOISE_FLAGS:
         if column in good:

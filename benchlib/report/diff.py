@@ -28,7 +28,7 @@ DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s",
                    "batch_latency_ms_p50", "peak_rss_bytes", "peak_cuda_allocated_bytes",
                    "train_energy_j_per_sample", "test_accuracy")
 COLUMNS = ("configuration", "metric", "a", "b", "ratio", "ci_low", "ci_high", "p_value", "verdict", "n_a", "n_b",
-           "level", "a_noisy", "b_noisy", "a_interfered", "b_interfered")
+           "level", "test", "a_noisy", "b_noisy", "a_interfered", "b_interfered", "a_drifted", "b_drifted")
 _DIGEST_AND_SEED = re.compile(r"__[0-9a-f]{8}((?:__ddp\d+)?)__seed\d+$")
 
 
@@ -121,7 +121,9 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
             else:
                 record.update(compare_rows(side_b, side_a, metric, reader, threshold=threshold).as_dict())
             record.update(a_noisy=flagged(side_a, NOISE_FLAGS), b_noisy=flagged(side_b, NOISE_FLAGS),
-                          a_interfered=flagged(side_a, ("interfered",)), b_interfered=flagged(side_b, ("interfered",)))
+                          a_interfered=flagged(side_a, ("interfered",)), b_interfered=flagged(side_b, ("interfered",)),
+                          a_drifted=flagged(side_a, ("machine_drifted",)),
+                          b_drifted=flagged(side_b, ("machine_drifted",)))
             out.append(record)
     return pd.DataFrame(out, columns=list(COLUMNS))
 
@@ -171,5 +173,6 @@ def _interval(r: dict[str, Any]) -> str:
 
 
 def _flags(r: dict[str, Any]) -> str:
-    marks = [f"{side} {what}" for side in ("a", "b") for what in ("noisy", "interfered") if r.get(f"{side}_{what}")]
+    marks = [f"{side} {what}" for side in ("a", "b") for what in ("noisy", "interfered", "drifted")
+             if r.get(f"{side}_{what}")]
     return ", ".join(marks)

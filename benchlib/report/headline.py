@@ -63,6 +63,8 @@ def _flags(rows: pd.DataFrame) -> str:
     out = []
     if "interfered" in rows and rows["interfered"].fillna(False).astype(bool).any():
         out.append("interfered")
+    if "machine_drifted" in rows and rows["machine_drifted"].fillna(False).astype(bool).any():
+        out.append("machine drifted")
     if any(c in rows and rows[c].fillna(False).astype(bool).any() for c in NOISE_FLAGS):
         out.append("noisy")
     if "above_roof" in rows and rows["above_roof"].fillna(False).astype(bool).any():

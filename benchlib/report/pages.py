@@ -156,6 +156,8 @@ def _with_spread(median: Any, iqr: Any, show: Callable[[Any], str]) -> str:
 def _interference(row: Mapping[str, Any]) -> str:
     if row.get("interfered") is True:
         return f"yes: {fmt.significant(row.get('interference_cpu_pct'))}% of the CPUs used by others"
+    if row.get("machine_drifted") is True:  # nobody else, but the machine's own speed moved under the run
+        return f"no; the machine's speed drifted {fmt.significant(row.get('train_step_drift_pct'))}%"
     return "no" if row.get("interfered") is False else fmt.MISSING
 
 

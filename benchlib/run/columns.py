@@ -15,6 +15,7 @@ import torch
 from .._version import __version__
 from ..engine.train import TrainResult
 from ..env.threads import choose_threads
+from ..instruments import drift
 from ..instruments.energy import EnergyResult, per_sample
 from ..instruments.memory import MemoryReport
 from ..instruments.timing import Samples
@@ -130,6 +131,7 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
         "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
         "final_loss": trained.final_loss,
         "step_sync": "per-step" if trained.sync_per_step else "region",
+        **drift.measure(trained.step_s).columns(),
     }
 
 

@@ -239,6 +239,14 @@ INTERFERENCE = _group(
     ("cpu_freq_mhz_mean", "MHz", "CPU clock during the timed phases, mean (where the OS exposes it)"),
     ("gpu_other_processes_max", "processes", "processes other than this one holding the run's GPU, maximum"),
     ("interference_threshold_pct", "%", "the share of the usable CPUs above which a row is flagged interfered"),
+    ("machine_drifted", "", "the machine's own speed changed while the run trained: its identical steps were "
+                            "serially correlated (p < 0.01) and drifted by at least machine_drift_threshold_pct"),
+    ("machine_drift", "", "the drift in words, with its size and test"),
+    ("train_step_drift_pct", "%", "range of the medians of 5 consecutive blocks of timed steps, % of the median "
+                                  "step"),
+    ("train_step_autocorr", "", "lag-1 autocorrelation of the timed steps in the order they ran"),
+    ("train_step_drift_p", "", "permutation-test p value of that autocorrelation (the steps shuffled, seeded)"),
+    ("machine_drift_threshold_pct", "%", "the drift at or above which a serially correlated run is flagged"),
 )
 
 
