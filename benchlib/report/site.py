@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..store.layout import ReportLayout, reports_index, reports_page
 from . import fmt
+from .headline import memory_above_baseline
 
 SHARED_PAGES = {"columns": "Columns explained", "measurement": "How benchlib measures"}
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:72em;margin:1.5em auto;padding:0 1em;line-height:1.45}"
@@ -141,7 +142,7 @@ def settings_line(rows: pd.DataFrame) -> str:
 HEADLINE = (("train_samples_per_s", "training", lambda v: f"{fmt.significant(v)} samples/s"),
             ("test_accuracy", "test accuracy", fmt.percent_text),
             ("latency_ms_p50", "latency, batch 1 (median)", fmt.ms_text),
-            ("peak_memory", "peak memory", fmt.bytes_text))
+            ("peak_memory", "peak memory above baseline", fmt.bytes_text))
 
 
 def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -153,10 +154,7 @@ def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
         return ok
     speed = pd.to_numeric(ok.get("train_samples_per_s"), errors="coerce")
     ok["_speed"] = speed.fillna(-1.0) if speed is not None else -1.0
-    cuda = ok["hardware"].astype(str).str.startswith("cuda") if "hardware" in ok else False
-    rss = pd.to_numeric(ok["peak_rss_bytes"], errors="coerce") if "peak_rss_bytes" in ok else None
-    gpu = pd.to_numeric(ok["peak_cuda_allocated_bytes"], errors="coerce") if "peak_cuda_allocated_bytes" in ok else None
-    ok["peak_memory"] = gpu.where(cuda, rss) if gpu is not None else rss
+    ok["peak_memory"] = memory_above_baseline(ok)  # the summary's figure, so the two pages agree
     keys = [k for k in ("machine", "hardware", "model") if k in ok]
     best = ok.sort_values("_speed", ascending=False).groupby(keys, sort=True, as_index=False).head(1)
     return best.sort_values(keys).drop(columns="_speed")
@@ -177,8 +175,8 @@ def headline_table(rows: pd.DataFrame) -> str:
         body.append(f"<tr>{cells}</tr>")
     return (f'<table class="headline"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             '<p class="note">Per hardware and model, the configuration with the highest training throughput.'
-            " Peak memory: the CUDA allocator's peak on GPUs, the process's "
-            "resident peak on CPUs. Every configuration, with spreads and intervals, is in the summary.</p>")
+            " Peak memory above baseline: the CUDA allocator's peak on GPUs, resident memory (RSS) above the "
+            "pre-model baseline on CPUs. Every configuration, with spreads and intervals, is in the summary.</p>")
 
 
 # ---------------------------------------------------------------- the index
