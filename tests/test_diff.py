@@ -70,6 +70,19 @@ def test_compare_is_seeded():
     assert low <= median <= high and spread([1.0])[1] != spread([1.0])[1]  # NaN bound under 2 values
 
 
+def test_identical_sides_are_called_different_at_most_at_the_tests_level():
+    """Calibration: runs of one configuration (10% run-to-run spread) drawn twice, 300 times per size.
+
+    A verdict other than ``same`` is a false alarm; the interval and the test together keep their rate
+    near the 5% level (seeded, so the rates are fixed: 3.3%, 3.0%, 3.7%).
+    """
+    rng = np.random.default_rng(7)
+    for n in (3, 4, 6):
+        alarms = sum(compare(np.exp(rng.normal(0, 0.1, n)), np.exp(rng.normal(0, 0.1, n)),
+                             higher_is_better=True).verdict != "same" for _ in range(300))
+        assert alarms / 300 <= 0.05, (n, alarms)
+
+
 # ---------------------------------------------------------------- benchlib diff on real runs
 
 def _record(folder, model: str, seeds=(0,), batch: int = 16, **settings) -> None:
@@ -81,13 +94,23 @@ def _record(folder, model: str, seeds=(0,), batch: int = 16, **settings) -> None
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """Folders A and B of identical settings (three seeds each), and one and two threads of resnet18."""
+    """Folders A and B of identical settings (four seeds each), and one and two threads of resnet18.
+
+    A and B are recorded interleaved (A0 B0 B1 A1 A2 B2 ...), as benchlib compare runs variants: the speed of
+    this 2-core VM moves by up to 1.9x within a minute (benchmarks/machine_speed.py), so two folders
+    recorded one after the other differ by the machine's drift (B's three runs 8 to 18% faster than A's
+    in one CI run). Interleaved, the drift lands on both sides; what remains is the test's own 5% level:
+    four runs a side fully separated by chance, 2 of 70 orders (about 3%).
+    """
     root = tmp_path_factory.mktemp("diff")
     first = root / "a"
-    _record(first, "squeezenet1_1", seeds=(0, 1, 2), train_steps=10)
+    _record(first, "squeezenet1_1", seeds=(0,), train_steps=10)
     for name in ("b", "t1", "t2"):  # the machine's ceilings once, not per folder
         shutil.copytree(first / "ceilings", root / name / "ceilings")
-    _record(root / "b", "squeezenet1_1", seeds=(0, 1, 2), train_steps=10)
+    _record(root / "b", "squeezenet1_1", seeds=(0,), train_steps=10)
+    for seed in (1, 2, 3):  # A B, B A, A B, B A: neither side is always the second, warmer run
+        for name in (("b", "a") if seed % 2 else ("a", "b")):
+            _record(root / name, "squeezenet1_1", seeds=(seed,), train_steps=10)
     _record(root / "b", "mobilenet_v2", train_steps=2)  # only in B
     for threads in (1, 2):
         _record(root / f"t{threads}", "resnet18", batch=64, threads=threads, train_steps=20, latency_repeats=20)
@@ -97,7 +120,8 @@ def folders(tmp_path_factory):
 def test_two_runs_of_identical_settings_are_judged_same(folders):
     table = diff(folders / "a", folders / "b", ["train_samples_per_s", "train_step_s", "test_accuracy"])
     same = table[table["configuration"].str.startswith("cpu__squeezenet1_1")].set_index("metric")
-    assert same.loc["train_samples_per_s", "level"] == "runs"  # three repeats a side: run-to-run drift counts
+    assert same.loc["train_samples_per_s", "level"] == "runs"  # four repeats a side: run-to-run drift counts
+    assert same.loc["train_samples_per_s", "test"] == "mann-whitney"
     assert same.loc["train_samples_per_s", "verdict"] == "same", same.to_dict("index")
     assert same.loc["train_step_s", "verdict"] == "same"
     assert same.loc["test_accuracy", "ratio"] == 1.0  # same seeds, same data: the same weights
