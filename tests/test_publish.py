@@ -138,3 +138,13 @@ def test_headline_memory_is_the_devices_own_peak_above_its_baseline(hardware, ex
 def test_an_empty_reports_folder_says_how_to_make_a_report(tmp_path):
     text = publish.write_index(tmp_path).read_text(encoding="utf-8")
     assert "make report" in text and (tmp_path / "columns.html").exists()
+
+
+def test_the_index_headline_says_how_sure_each_figure_is():
+    rows = pd.DataFrame([
+        {"machine": "m", "hardware": "cpu", "model": "resnet18", "status": "ok", "batch_size": 64,
+         "train_samples_per_s": 1.0, "machine_drifted": True, "train_step_noisy": True},
+        {"machine": "m", "hardware": "cpu", "model": "squeezenet1_1", "status": "ok", "batch_size": 64,
+         "train_samples_per_s": 2.0, "machine_drifted": False, "train_step_noisy": False}])
+    text = site.headline_table(rows)
+    assert "<th>how sure</th>" in text and "<td>machine drifted, noisy</td>" in text and "<td>no flag</td>" in text

@@ -59,7 +59,8 @@ class Headline:
     notes: list[str] = field(default_factory=list)
 
 
-def _flags(rows: pd.DataFrame) -> str:
+def flags(rows: pd.DataFrame) -> str:
+    """What makes the rows' figures less sure, comma-separated: interfered, machine drifted, noisy, above roof."""
     out = []
     if "interfered" in rows and rows["interfered"].fillna(False).astype(bool).any():
         out.append("interfered")
@@ -124,7 +125,7 @@ def headline_table(df: pd.DataFrame) -> Headline:
                 reasons = missing.setdefault(shown, {})
                 why = _reason(rows, column)
                 reasons[why] = reasons.get(why, 0) + 1
-        rec["flags"] = _flags(rows) or fmt.MISSING
+        rec["flags"] = flags(rows) or fmt.MISSING
         records.append(rec)
     table = pd.DataFrame(records)
     empty = [c for c in HEADLINE if (table[c] == fmt.MISSING).all()]

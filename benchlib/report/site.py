@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..store.layout import ReportLayout, reports_index, reports_page
 from . import fmt
-from .headline import memory_above_baseline
+from .headline import flags, memory_above_baseline
 
 SHARED_PAGES = {"columns": "Columns explained", "measurement": "How benchlib measures"}
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:72em;margin:1.5em auto;padding:0 1em;line-height:1.45}"
@@ -167,16 +167,18 @@ def headline_table(rows: pd.DataFrame) -> str:
     ids = [c for c in ("machine", "hardware", "model", "batch_size", "variant") if c in best
            and (c in ("hardware", "model", "batch_size") or best[c].nunique() > 1)]
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in ids)
-    head += "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in HEADLINE)
+    head += "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in HEADLINE) + "<th>how sure</th>"
     body = []
-    for _, r in best.iterrows():
+    for i, r in best.iterrows():
         cells = "".join(f"<td>{html.escape(fmt.value_text(r.get(c)))}</td>" for c in ids)
         cells += "".join(f'<td class="num">{html.escape(show(r.get(c)))}</td>' for c, _, show in HEADLINE)
+        cells += f"<td>{html.escape(flags(best.loc[[i]]) or 'no flag')}</td>"
         body.append(f"<tr>{cells}</tr>")
     return (f'<table class="headline"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             '<p class="note">Per hardware and model, the configuration with the highest training throughput.'
             " Peak memory above baseline: the CUDA allocator's peak on GPUs, resident memory (RSS) above the "
-            "pre-model baseline on CPUs. Every configuration, with spreads and intervals, is in the summary.</p>")
+            "pre-model baseline on CPUs. How sure: the row's flags (interfered, machine drifted, noisy, above roof; "
+            "see the summary's warnings). Every configuration, with spreads and intervals, is in the summary.</p>")
 
 
 # ---------------------------------------------------------------- the index
