@@ -33,6 +33,7 @@ BLOCKS = 5
 ALPHA = 0.01
 DRIFT_THRESHOLD_PCT = 5.0  # the stability goal: a drift under it is within what a comparison tolerates
 RESAMPLES = 2000
+PERMUTATIONS_PER_BATCH = 200
 SEED = 0
 
 
@@ -86,8 +87,10 @@ def measure(step_s: Sequence[float], *, threshold_pct: float = DRIFT_THRESHOLD_P
     drift_pct = 100.0 * (max(blocks) - min(blocks)) / float(np.median(x))
     if np.ptp(x) == 0:  # region-timed steps (one figure spread evenly): no order to read
         return Drift(drift_pct, None, None, n, threshold_pct)
+    # in batches: a run of thousands of steps would otherwise hold every permutation at once
     test = stats.permutation_test((x,), lag1_autocorr, permutation_type="pairings", vectorized=True,
-                                  n_resamples=RESAMPLES, alternative="greater", rng=np.random.default_rng(seed))
+                                  n_resamples=RESAMPLES, batch=PERMUTATIONS_PER_BATCH, alternative="greater",
+                                  rng=np.random.default_rng(seed))
     return Drift(drift_pct, float(test.statistic), float(test.pvalue), n, threshold_pct)
 
 
