@@ -136,3 +136,25 @@ def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDEN
     boot = stats.bootstrap((x,), np.median, vectorized=True, n_resamples=RESAMPLES, confidence_level=confidence,
                            method="percentile", rng=np.random.default_rng(seed))
     return median, float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+
+
+def floor_pct(runs_a: Sequence[float] | np.ndarray, runs_b: Sequence[float] | np.ndarray | None = None, *,
+              confidence: float = CONFIDENCE) -> float:
+    """How far apart, in %, a single run like ``runs_a`` and one like ``runs_b`` may land by noise alone.
+
+    ``runs_a`` and ``runs_b`` are one figure per fresh process of identical settings (a step median, a
+    throughput), e.g. the calibration's runs at the thread counts of the two sides; ``runs_b`` defaults to
+    ``runs_a`` (two runs of one setting). The log of a run's figure varies with spread ``s`` (estimated
+    from the runs), so the log ratio of two new runs varies with ``sqrt(s_a**2 + s_b**2)``; with the
+    fewer runs' ``n - 1`` degrees of freedom behind the estimate, its two-sided prediction bound is
+    Student's ``t`` times that. A ratio of two single runs beyond ``1 + floor_pct / 100`` (either way) is
+    not run-to-run noise at the ``confidence`` level. NaN under three runs a side.
+    """
+    xa = _clean(runs_a)
+    xb = xa if runs_b is None else _clean(runs_b)
+    xa, xb = xa[xa > 0], xb[xb > 0]
+    if min(xa.size, xb.size) < 3:
+        return math.nan
+    spread_log = math.hypot(float(np.std(np.log(xa), ddof=1)), float(np.std(np.log(xb), ddof=1)))
+    t = float(stats.t.ppf(0.5 + confidence / 2, df=min(xa.size, xb.size) - 1))
+    return (math.exp(t * spread_log) - 1.0) * 100.0
