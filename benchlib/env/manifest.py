@@ -7,6 +7,7 @@ import os
 import platform
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,18 @@ from .threads import slurm_cpus, usable_cpus
 def machine_name() -> str:
     """Name of this machine in results: $BENCHLIB_MACHINE, else the host name."""
     return os.environ.get("BENCHLIB_MACHINE") or socket.gethostname()
+
+
+def process_uid() -> str:
+    """This process, told apart from every other: host, pid and the process's start time.
+
+    Rows measured in one process share its allocator, thread placement and CPU speed, so their steps can be
+    compared with each other; rows of different processes differ by the machine's run-to-run noise too.
+    """
+    return _PROCESS_UID
+
+
+_PROCESS_UID = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
 
 
 def _git_commit() -> str | None:

@@ -14,6 +14,7 @@ import torch
 
 from .._version import __version__
 from ..engine.train import TrainResult
+from ..env.manifest import process_uid
 from ..env.threads import choose_threads
 from ..instruments import drift
 from ..instruments.energy import EnergyResult, per_sample
@@ -50,7 +51,7 @@ def base_row(cfg: RunConfig, machine: str) -> Row:
         "threads": threads.threads, "threads_source": threads.source,
         "interop_threads": torch.get_num_interop_threads(),
         "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
-        "benchlib_version": __version__, "started_utc": now_utc(),
+        "benchlib_version": __version__, "started_utc": now_utc(), "process_uid": process_uid(),
         "optimizer": s.optimizer, "lr": s.lr, "epochs": s.epochs, "pretrained": s.pretrained,
         "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": k.tf32 and cuda,
         "cudnn_benchmark": k.cudnn_benchmark and cuda, "memory_format": k.memory_format, "compile": k.compile,

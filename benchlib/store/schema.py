@@ -80,6 +80,8 @@ IDENTITY = _group(
     ("status", "", "how the configuration ended: " + "; ".join(f"{k}: {v}" for k, v in STATUS_MEANINGS.items())),
     ("error", "", "one line saying why a configuration produced no measurement"),
     ("manifest_id", "", "the environment manifest (manifests/<id>.json) the row was measured in"),
+    ("process_uid", "", "the process that measured the row (host:pid:start); rows of one process can be compared "
+                        "step by step, rows of different processes only beyond the machine's run-to-run noise"),
     ("benchlib_version", "", "benchlib version that measured the row"),
     ("started_utc", "", "when the configuration started (ISO 8601, UTC)"),
     ("finished_utc", "", "when it finished (ISO 8601, UTC)"),
