@@ -16,7 +16,8 @@ RNG = np.random.default_rng(0)
 def _row(run_id: str, **kw) -> dict:
     base = {"study": "s", "machine": "m", "hardware": "cpu", "model": "resnet18", "batch_size": 64,
             "variant": "default", "status": "ok", "seed": 0, "threads": 2, "num_workers": 0, "world_size": 1,
-            "error": None, "interfered": False, "train_step_noisy": False, "test_accuracy": 0.9}
+            "error": None, "interfered": False, "train_step_noisy": False, "test_accuracy": 0.9,
+            "process_uid": "host:1:0"}  # one process, as benchlib compare interleaves variants
     return {**base, "run_id": run_id, **kw}
 
 
@@ -61,10 +62,10 @@ def test_the_faster_device_is_named_with_its_ratio_interval_and_verdict():
     train = next(line for line in lines if "samples/s" in line)
     assert train.startswith("cuda trains resnet18 fastest (bs64): 6,400 samples/s")
     assert _ratio(train) == pytest.approx(10.0, rel=0.05)
-    assert "faster than cpu (640 samples/s)" in train and re.search(r"\[\d+\.\d+, \d+\.\d+\]", train)
+    assert "faster (steps) than cpu (640 samples/s)" in train and re.search(r"\[\d+\.\d+, \d+\.\d+\]", train)
     latency = next(line for line in lines if "image" in line)
     assert latency.startswith("cuda answers one resnet18 image fastest: 2.00 ms p50")
-    assert _ratio(latency) == pytest.approx(2.0, rel=0.05) and "faster than cpu (4.00 ms p50)" in latency
+    assert _ratio(latency) == pytest.approx(2.0, rel=0.05) and "faster (steps) than cpu (4.00 ms p50)" in latency
 
 
 def test_one_device_has_no_device_section_and_says_so():
@@ -84,7 +85,7 @@ def test_the_fastest_model_and_the_most_accurate_are_named():
     lines = findings.models(df, reader)
     train = next(line for line in lines if "trains fastest" in line)
     assert train.startswith("resnet18 trains fastest on cpu: 1,280 samples/s at bs64")
-    assert "faster than mobilenet_v2 (640 samples/s at bs64)" in train
+    assert "faster (steps) than mobilenet_v2 (640 samples/s at bs64)" in train
     assert _ratio(train) == pytest.approx(2.0, rel=0.05)
     assert any(line.startswith("mobilenet_v2 answers one image fastest on cpu") for line in lines)
     assert any("mobilenet_v2 is the most accurate: 95.0%" in line and "resnet18 91.0%" in line for line in lines)
@@ -94,7 +95,7 @@ def test_where_the_samples_rank_two_models_the_other_way_the_samples_win():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.10, "b": 0.05})
     df.loc[df["run_id"] == "a", "train_samples_per_s"] = 5000.0  # a row figure the samples do not bear out
     (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]
-    assert train.startswith("mobilenet_v2 trains fastest on cpu") and "faster than resnet18" in train
+    assert train.startswith("mobilenet_v2 trains fastest on cpu") and "faster (steps) than resnet18" in train
     assert _ratio(train) == pytest.approx(2.0, rel=0.05)
 
 
@@ -111,7 +112,7 @@ def test_the_best_variant_against_the_default_with_accuracy():
     out = findings.key_findings(df, reader=reader)
     lines = out.section("Optimization variants")
     best = next(line for line in lines if "trains fastest" in line)
-    assert best.startswith("resnet18 on cpu (bs64): gpu-amp trains fastest") and "faster than default" in best
+    assert best.startswith("resnet18 on cpu (bs64): gpu-amp trains fastest") and "faster (steps) than default" in best
     assert _ratio(best) == pytest.approx(2.0, rel=0.05) and "accuracy -2.0 points" in best
     assert any("channels-last trains slower than default" in line for line in lines)
 
@@ -129,7 +130,7 @@ def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():
     lines = findings.key_findings(df, reader=reader).section("Batch size")
     assert len(lines) == 1
     assert lines[0].startswith("bs64 trains fastest for resnet18 on cpu (default): 1,600 samples/s")
-    assert "faster than bs16 (800 samples/s)" in lines[0]
+    assert "faster (steps) than bs16 (800 samples/s)" in lines[0]
     assert _ratio(lines[0]) == pytest.approx(2.0, rel=0.05) and "faster" in lines[0]
     assert "bs256 oom" in lines[0]
 
@@ -216,7 +217,7 @@ def test_thread_scaling_names_the_best_count_and_its_efficiency():
     df, reader = _frame(rows, {"t1": 0.10, "t2": 0.0625})
     (line,) = findings.key_findings(df, reader=reader).section("Scaling")
     assert line.startswith("2 threads train fastest for resnet18 on cpu (bs64): 1,020 samples/s, 1.60x [")
-    assert "faster than 1 thread (640 samples/s)" in line and "parallel efficiency 80.0%" in line
+    assert "faster (steps) than 1 thread (640 samples/s)" in line and "parallel efficiency 80.0%" in line
 
 
 def test_more_threads_that_slow_training_down_are_said_to():
@@ -224,9 +225,35 @@ def test_more_threads_that_slow_training_down_are_said_to():
     df, reader = _frame(rows, {"t1": 0.05, "t2": 0.10})
     (line,) = findings.scaling(df, reader)
     assert line.startswith("1 thread trains fastest for resnet18 on cpu (bs64): 2 threads train 0.50x [")
-    assert "slower against it (parallel efficiency 25.0%)" in line
+    assert "slower (steps) against it (parallel efficiency 25.0%)" in line
 
 
 def test_no_rows_at_all():
     out = findings.key_findings(pd.DataFrame(columns=["status", "run_id"]))
     assert out.sections == [] and out.warnings == [] and out.not_run == ["no configuration was measured"]
+
+
+class FloorReader(Reader):
+    """Samples as ``Reader``, and a noise floor for machine ``m`` at one and two threads (a 30% floor at one)."""
+
+    def floors(self, folder):
+        from benchlib.store.noise_floor import NoiseFloor
+
+        runs = tuple(np.exp(np.array([-1.2, -0.5, 0.0, 0.5, 1.2]) * 0.085))
+        return [NoiseFloor(machine="m", measured_utc="2026-11-25", torch="", configuration="",
+                           values={1: {"train_step_s": runs}, 2: {"train_step_s": runs}}, minutes=0.0)]
+
+
+def test_rows_of_different_processes_are_claimed_only_beyond_the_floor():
+    """One run a side in two processes: without a floor nothing is claimed; with one, 1.6x is and 1.1x is not."""
+    rows = [_row("t1", threads=1, process_uid="host:1:0"), _row("t2", threads=2, process_uid="host:2:0")]
+    df, reader = _frame(rows, {"t1": 0.10, "t2": 0.0625})
+    (line,) = findings.scaling(df, reader)
+    assert "are not told apart" in line and "benchlib calibrate" in line and "faster" not in line
+    floors = FloorReader({"t1": 0.10, "t2": 0.0625})
+    (line,) = findings.scaling(df, floors)
+    assert "faster (floor) than 1 thread" in line, line
+    close = FloorReader({"t1": 0.10, "t2": 0.09})
+    df_close, _ = _frame(rows, {"t1": 0.10, "t2": 0.09})
+    (line,) = findings.scaling(df_close, close)
+    assert "are not told apart" in line and "(floor)" in line and "repeat each side 5 times" in line

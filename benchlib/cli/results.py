@@ -59,11 +59,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
                    "rows": [nan_to_none(plain(r)) for r in table.to_dict("records")]}
         print(json.dumps(payload, default=str, allow_nan=False))
     else:
-        print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate); "
-              f"95% bootstrap interval of the ratio of medians, Mann-Whitney p; same = interval holds 1 or the "
-              f"change is under {args.threshold:g}%; of = what was resampled: runs (three or more repeats a side) or "
-              "samples (the steps of one run a side: run-to-run drift not covered)")
+        print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate), "
+              "with its 95% interval; level = what the verdict rests on: runs (two or more fresh processes a "
+              "side: runs resampled, then their steps; test on the runs' figures), floor (one run a side, judged "
+              "against the machine's measured run-to-run noise), steps (one process's steps), test set (accuracy "
+              f"of one training a side); same = interval holds 1 or the change is under {args.threshold:g}%")
+        for line in d.floor_lines(folders[0], folders[1]):
+            print(line)
         print(d.as_text(table))
+        for note in d.notes(table):
+            print(f"inconclusive: {note}")
     if worse is not None and not worse.empty:
         listed = "; ".join(f"{r['configuration']} {r['metric']} {r['ratio']:.3f}x [{r['ci_low']:.3f}, "
                            f"{r['ci_high']:.3f}]" for r in worse.to_dict("records"))

@@ -7,6 +7,11 @@ added, are left out of the match). Rows of several seeds of one configuration po
 metric is compared from the raw samples where the rows keep them and across rows where a row holds one
 figure. ``ratio`` > 1 means B is better than A (faster, smaller, more accurate). A configuration found on
 one side only is listed, not dropped.
+
+The unit is the run (a fresh process): with two or more runs a side the runs are compared (level
+``runs``); with one run a side a difference is claimed only beyond the machine's measured noise floor
+(level ``floor``, ``benchlib calibrate``), else the verdict is ``inconclusive`` with what would settle it.
+A regression gate (``regressions``) trusts only the runs and floor levels.
 """
 from __future__ import annotations
 
@@ -20,15 +25,18 @@ from typing import Any
 
 import pandas as pd
 
+from ..store.noise_floor import load_noise_floors
 from ..store.rows import read_results
 from .evidence import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
-from .stats import PRACTICAL_THRESHOLD, WORSE
+from .stats import PRACTICAL_THRESHOLD, WORSE, floor_pct
 
 DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50",
                    "batch_latency_ms_p50", "peak_rss_bytes", "peak_cuda_allocated_bytes",
                    "train_energy_j_per_sample", "test_accuracy")
 COLUMNS = ("configuration", "metric", "a", "b", "ratio", "ci_low", "ci_high", "p_value", "verdict", "n_a", "n_b",
-           "level", "test", "a_noisy", "b_noisy", "a_interfered", "b_interfered", "a_drifted", "b_drifted")
+           "runs_a", "runs_b", "level", "test", "note", "a_noisy", "b_noisy", "a_interfered", "b_interfered",
+           "a_drifted", "b_drifted")
+GATED_LEVELS = frozenset({"runs", "floor"})  # what a regression gate trusts: never steps alone
 _DIGEST_AND_SEED = re.compile(r"__[0-9a-f]{8}((?:__ddp\d+)?)__seed\d+$")
 
 
@@ -113,7 +121,8 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
             metric = METRICS[name]
             va, vb = _median(side_a, metric.column), _median(side_b, metric.column)
             record: dict[str, Any] = {"configuration": label, "metric": name, "a": va, "b": vb,
-                                      "n_a": len(side_a), "n_b": len(side_b)}
+                                      "n_a": len(side_a), "n_b": len(side_b), "runs_a": len(side_a),
+                                      "runs_b": len(side_b)}
             if side_a.empty or side_b.empty:
                 record["verdict"] = "only in B" if side_a.empty else "only in A"
             elif math.isnan(va) and math.isnan(vb):
@@ -129,11 +138,39 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
 
 
 def regressions(table: pd.DataFrame, percent: float) -> pd.DataFrame:
-    """B worse than A by more than ``percent`` with an interval that excludes 1 (what CI gates on)."""
+    """B worse than A by more than ``percent`` with an interval that excludes 1, at a level that covers the
+    machine's run-to-run noise (runs or floor): what CI gates on."""
     ratio = pd.to_numeric(table["ratio"], errors="coerce")
     high = pd.to_numeric(table["ci_high"], errors="coerce")
-    bad = table["verdict"].isin(sorted(WORSE)) & (ratio < 1 - percent / 100) & (high < 1)
+    bad = (table["verdict"].isin(sorted(WORSE)) & (ratio < 1 - percent / 100) & (high < 1)
+           & table["level"].isin(sorted(GATED_LEVELS)))
     return table[bad].reset_index(drop=True)
+
+
+def floor_lines(a: Path, b: Path) -> list[str]:
+    """What each side's noise floor lets a single-run comparison claim, one line per machine and device."""
+    lines = []
+    for side, folder in (("A", a), ("B", b)):
+        floors = load_noise_floors(results_folders(folder))
+        if not floors:
+            lines.append(f"{side}: no noise floor measured, so comparisons of one run a side are inconclusive "
+                         f"(`benchlib calibrate --results-dir {folder}` measures it, about two minutes)")
+        for f in floors:
+            parts = [f"threads {n}: train step ±{floor_pct(f.figures('train_step_s', n)):.0f}%, inference "
+                     f"±{floor_pct(f.figures('infer_samples_per_s', n)):.0f}%" for n in sorted(f.values)]
+            stale = " (measured under interference: too wide)" if f.interfered else ""
+            lines.append(f"{side}: {f.machine} {f.device}, {f.runs} fresh runs on {f.measured_utc[:10]}{stale}: "
+                         f"{'; '.join(parts)}. Differences between single runs under these are within this "
+                         "machine's run-to-run noise and are not claimed")
+    return lines
+
+
+def notes(table: pd.DataFrame) -> list[str]:
+    """The distinct reasons behind inconclusive verdicts, each once."""
+    if "note" not in table:
+        return []
+    picked = table.loc[table["verdict"] == "inconclusive", "note"].dropna().astype(str)
+    return list(dict.fromkeys(n for n in picked if n))
 
 
 def as_text(table: pd.DataFrame) -> str:
@@ -144,8 +181,8 @@ def as_text(table: pd.DataFrame) -> str:
         "configuration": table["configuration"], "metric": table["metric"],
         "a": table["a"].map(_short), "b": table["b"].map(_short),
         "B vs A": [_interval(r) for r in table.to_dict("records")], "p": table["p_value"].map(_p),
-        "verdict": table["verdict"], "n": [f"{a}/{b}" for a, b in zip(table["n_a"], table["n_b"])],
-        "of": table["level"].fillna(""),
+        "verdict": table["verdict"], "runs": [f"{a}/{b}" for a, b in zip(table["runs_a"], table["runs_b"])],
+        "level": table["level"].fillna(""),
         "flags": [_flags(r) for r in table.to_dict("records")],
     })
     return str(shown.to_string(index=False))

@@ -1,9 +1,12 @@
-"""The samples behind a figure: what a comparison of two sets of rows resamples.
+"""The evidence behind a comparison of two sets of rows: each run's samples and this machine's noise floor.
 
 A row's headline figures are medians of raw samples kept beside it (``samples/<machine>__<run_id>.csv``:
-every timed training step, every latency repeat, every throughput repeat). A comparison resamples those,
-pooled over the rows of one side (several seeds of one configuration). A figure with no series behind it
-(accuracy, peak memory, energy) is one value per row: its samples are the rows themselves.
+every timed training step, every latency repeat, every throughput repeat). A row is one run (one fresh
+process); a side of a comparison is one or more rows (seeds, repeats, several studies). A figure with no
+series behind it (accuracy, peak memory, energy) is one value per row. Which evidence a verdict rests on
+follows ``stats``: two or more runs a side are compared run by run; one run a side only beyond the noise
+floor ``benchlib calibrate`` measured on the rows' machine (``noise_floor/`` of their results folder),
+or step by step where both rows come from one process.
 """
 from __future__ import annotations
 
@@ -18,9 +21,18 @@ import numpy as np
 import pandas as pd
 
 from ..engine.inference import BATCHES_PER_THROUGHPUT_REPEAT
+from ..store.noise_floor import NoiseFloor, load_noise_floors
 from ..store.rows import read_samples
 from ..store.schema import finite_float
-from .stats import PRACTICAL_THRESHOLD, Comparison, compare
+from .stats import (
+    PRACTICAL_THRESHOLD,
+    Comparison,
+    compare,
+    compare_runs,
+    floor_pct,
+    judge_single_runs,
+    proportion_ratio,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,7 @@ class Metric:
     higher_is_better: bool
     timing: bool  # a speed (verdict faster/slower) rather than a size or a score (better/worse)
     convert: str = "value"  # value | per_second (inputs per second of each timed item) | ms
+    floor: str | None = None  # the noise floor metric (store.noise_floor.FLOOR_METRICS) its runs vary like
 
     def of_samples(self, seconds: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
         """Raw seconds in the column's units (a throughput sample is the inputs of that item per second)."""
@@ -46,13 +59,15 @@ class Metric:
 
 
 METRICS: dict[str, Metric] = {
-    "train_samples_per_s": Metric("train_samples_per_s", "train_step_s", True, True, "per_second"),
-    "train_step_s": Metric("train_step_s_median", "train_step_s", False, True),
-    "epoch_s": Metric("epoch_s", "epoch_s", False, True),
-    "infer_samples_per_s": Metric("infer_samples_per_s", "infer_repeat_s", True, True, "per_second"),
-    "latency_ms_p50": Metric("latency_ms_p50", "latency_s", False, True, "ms"),
-    "batch_latency_ms_p50": Metric("batch_latency_ms_p50", "batch_latency_s", False, True, "ms"),
-    "peak_rss_bytes": Metric("peak_rss_bytes", None, False, False),
+    "train_samples_per_s": Metric("train_samples_per_s", "train_step_s", True, True, "per_second", "train_step_s"),
+    "train_step_s": Metric("train_step_s_median", "train_step_s", False, True, floor="train_step_s"),
+    "epoch_s": Metric("epoch_s", "epoch_s", False, True, floor="train_step_s"),
+    "infer_samples_per_s": Metric("infer_samples_per_s", "infer_repeat_s", True, True, "per_second",
+                                  "infer_samples_per_s"),
+    "latency_ms_p50": Metric("latency_ms_p50", "latency_s", False, True, "ms", "latency_ms_p50"),
+    "batch_latency_ms_p50": Metric("batch_latency_ms_p50", "batch_latency_s", False, True, "ms",
+                                   "infer_samples_per_s"),
+    "peak_rss_bytes": Metric("peak_rss_bytes", None, False, False, floor="peak_rss_bytes"),
     "peak_cuda_allocated_bytes": Metric("peak_cuda_allocated_bytes", None, False, False),
     "model_size_bytes": Metric("model_size_bytes", None, False, False),
     "train_energy_j_per_sample": Metric("train_energy_j_per_sample", None, False, False),
@@ -64,10 +79,20 @@ SampleReader = Callable[[Mapping[str, Any]], pd.DataFrame]
 
 
 class SampleFiles:
-    """Reads a row's samples file once (rows carry ``results_dir`` from ``read_results``)."""
+    """Reads a row's samples file, and a results folder's noise floors, once (rows carry ``results_dir`` from
+    ``read_results``)."""
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str, str], pd.DataFrame] = {}
+        self._floors: dict[str, list[NoiseFloor]] = {}
+
+    def floors(self, folder: object) -> list[NoiseFloor]:
+        """The noise floors saved in ``folder`` (none where there is no folder)."""
+        if not folder or not Path(str(folder)).is_dir():
+            return []
+        if str(folder) not in self._floors:
+            self._floors[str(folder)] = load_noise_floors([str(folder)])
+        return self._floors[str(folder)]
 
     def __call__(self, row: Mapping[str, Any]) -> pd.DataFrame:
         folder = row.get("results_dir")
@@ -79,8 +104,8 @@ class SampleFiles:
         return self._cache[key]
 
 
-def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:
-    """The metric's samples over ``rows``: each row's raw series where kept, else its one value."""
+def run_samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> list[np.ndarray]:
+    """The metric's samples of each row (each run) of ``rows``: its raw series where kept, else its one value."""
     out: list[np.ndarray] = []
     for row in rows.to_dict("records"):
         if metric.series is not None:
@@ -92,32 +117,89 @@ def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndar
         value = finite_float(row.get(metric.column))
         if value is not None:
             out.append(np.asarray([value]))
+    return out
+
+
+def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:
+    """The metric's samples over ``rows``, pooled."""
+    out = run_samples(rows, metric, reader)
     return np.concatenate(out) if out else np.asarray([], dtype=float)
 
 
-MIN_RUNS = 3  # repeats a side needs before its runs, not its steps, are what is resampled
+def _floor_figures(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> tuple[float, ...]:
+    """The calibration runs' figures that describe ``rows``: their machine's floor, on their device type, at
+    the calibrated thread count nearest theirs (empty where none was measured)."""
+    finder = getattr(reader, "floors", None)
+    if finder is None or metric.floor is None or rows.empty:
+        return ()
+    row = rows.iloc[0]
+    device = str(row.get("hardware") or "cpu").split(":")[0]
+    found = [f for f in finder(row.get("results_dir")) if f.machine == str(row.get("machine")) and f.device == device]
+    threads = finite_float(row.get("threads"))
+    return found[0].figures(metric.floor, int(threads) if threads is not None else None) if found else ()
+
+
+def noise_floor_pct(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader: SampleReader) -> float:
+    """How far a single run of ``a`` and one of ``b`` may differ by this machine's noise alone, in % (NaN where
+    no floor was measured for either side)."""
+    m = METRICS[metric] if isinstance(metric, str) else metric
+    fa, fb = _floor_figures(a, m, reader), _floor_figures(b, m, reader)
+    return floor_pct(fa, fb) if fa and fb else math.nan
+
+
+def one_process(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether every row of both sides was measured in one and the same process."""
+    if "process_uid" not in a or "process_uid" not in b:
+        return False
+    uids = set(pd.concat([a["process_uid"], b["process_uid"]]).astype(str))
+    return len(uids) == 1 and next(iter(uids)) not in ("", "nan", "None")
+
+
+def _accuracy(a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> Comparison | None:
+    """Test accuracy of one training a side judged on the test set's size (None without its size)."""
+    def pooled(rows: pd.DataFrame) -> tuple[float, int] | None:
+        acc = pd.to_numeric(rows.get("test_accuracy"), errors="coerce")
+        n = pd.to_numeric(rows.get("test_samples"), errors="coerce")
+        ok = acc.notna() & n.notna() & (n > 0)
+        if not ok.any():
+            return None
+        return float((acc[ok] * n[ok]).sum() / n[ok].sum()), int(n[ok].sum())
+    pa, pb = pooled(a), pooled(b)
+    if pa is None or pb is None:
+        return None
+    return dataclasses.replace(proportion_ratio(pa[0], pa[1], pb[0], pb[1], threshold=threshold),
+                               runs_a=len(a), runs_b=len(b))
+
+
+MIN_RUNS = 2  # runs a side from which the runs, not the steps, are what is resampled
 
 
 def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader: SampleReader, *,
                  threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
-    """Side ``a`` against side ``b`` on one metric (ratio > 1: ``a`` is better).
+    """Side ``a`` against side ``b`` on one metric (ratio > 1: ``a`` is better), at the level the rows allow.
 
-    Steps of one run are not independent of the run: a process that drew a slow core or a busy minute is
-    slow on every step, so an interval from one run's steps covers step-to-step noise but not run-to-run
-    drift. Where both sides have ``MIN_RUNS`` repeats, the repeats' own figures are resampled instead
-    (``level="runs"``); otherwise the pooled raw samples are (``level="samples"``), and the table says so.
+    Two or more runs a side: runs first, then the samples inside each (``stats.compare_runs``). One run
+    on a side: test accuracy is judged on the test set's size; other metrics on their steps and this
+    machine's noise floor (``stats.judge_single_runs``): a difference smaller than two single runs of
+    identical settings may show by noise alone is not claimed.
     """
     m = METRICS[metric] if isinstance(metric, str) else metric
-    if m.series is not None and len(a) >= MIN_RUNS and len(b) >= MIN_RUNS:
-        runs_a = pd.to_numeric(a[m.column], errors="coerce") if m.column in a else pd.Series(dtype=float)
-        runs_b = pd.to_numeric(b[m.column], errors="coerce") if m.column in b else pd.Series(dtype=float)
-        found = compare(runs_a.to_numpy(dtype=float), runs_b.to_numpy(dtype=float),
-                        higher_is_better=m.higher_is_better, timing=m.timing, threshold=threshold)
-        return dataclasses.replace(found, level="runs")
-    level = "samples" if m.series is not None else "runs"
-    found = compare(samples(a, m, reader), samples(b, m, reader), higher_is_better=m.higher_is_better,
-                    timing=m.timing, threshold=threshold)
-    return dataclasses.replace(found, level=level)
+    runs_a, runs_b = run_samples(a, m, reader), run_samples(b, m, reader)
+    if len(runs_a) >= MIN_RUNS and len(runs_b) >= MIN_RUNS:
+        return compare_runs(runs_a, runs_b, higher_is_better=m.higher_is_better, timing=m.timing,
+                            threshold=threshold)
+    if m.column == "test_accuracy":
+        judged = _accuracy(a, b, threshold)
+        if judged is not None:
+            return judged
+    def pool(runs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(runs) if runs else np.asarray([], dtype=float)
+
+    steps = compare(pool(runs_a), pool(runs_b), higher_is_better=m.higher_is_better, timing=m.timing,
+                    threshold=threshold)
+    steps = dataclasses.replace(steps, runs_a=len(runs_a), runs_b=len(runs_b))
+    return judge_single_runs(steps, noise_floor_pct(a, b, m, reader), same_process=one_process(a, b),
+                             timing=m.timing, threshold=threshold)
 
 
 def flagged(rows: pd.DataFrame, columns: Sequence[str]) -> bool:

@@ -7,6 +7,7 @@ one line. Warnings (interfered, noisy, above the roof) come first: a reader must
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,16 +92,23 @@ def _best_per(good: pd.DataFrame, key: str, metric: str = "train_samples_per_s",
 def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparison, mine: str, theirs: str) -> str:
     """One comparison as a sentence whose wording follows the verdict (``verb``: singular and plural forms).
 
-    faster: 'resnet18 trains fastest on cpu: A, 2.00x [1.96, 2.04] faster than mobilenet_v2 (B).'
-    same: 'resnet18 and mobilenet_v2 train as fast on cpu within noise: A against B, 1.01x [0.99, 1.02].'
+    faster: 'resnet18 trains fastest on cpu: A, 2.00x [1.96, 2.04] faster (runs) than mobilenet_v2 (B).'
+    same: 'resnet18 and mobilenet_v2 train as fast on cpu within noise: A against B, 1.01x [0.99, 1.02] (runs).'
+    inconclusive: 'resnet18 and mobilenet_v2 are not told apart on cpu: A against B, 1.08x [0.80, 1.45] (floor);
+    one run a side ...'
     """
+    level = f" ({c.level})" if c.level else ""
     ratio = fmt.ratio_text(c.ratio, c.ci_low, c.ci_high)
+    if c.verdict in ("same", "inconclusive"):
+        ratio += level
     if c.verdict == "same":
         return f"{best} and {other} {verb[1]} as fast{where} within noise: {mine} against {theirs}, {ratio}."
+    if c.verdict == "inconclusive":
+        return f"{best} and {other} are not told apart{where}: {mine} against {theirs}, {ratio}; {c.note}."
     if c.verdict == "unknown":
         return (f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {other}'s ({theirs}); one sample a side, so "
                 "no interval or verdict.")
-    return f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {c.verdict} than {other} ({theirs})."
+    return f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {c.verdict}{level} than {other} ({theirs})."
 
 
 def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader, name: Callable[[pd.DataFrame], str],
@@ -194,16 +202,22 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
 
 def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str], baseline: str) -> str:
     """The best variant on one metric against the default, worded by its verdict, with its accuracy change."""
-    ratio, verdict = str(best[label]).rsplit(" ", 1)[0], str(best[f"{label}_verdict"])
+    verdict, level = str(best[f"{label}_verdict"]), str(best.get(f"{label}_level") or "")
+    lvl = f" ({level})" if level else ""
+    ratio = re.sub(r" \S+( \([^)]*\))?$", "", str(best[label]))
     accuracy = _num(best["accuracy_delta_pts"])
     acc = f"; accuracy {accuracy:+.1f} points" if np.isfinite(accuracy) else ""
     if verdict in ("faster", "better"):
-        return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} faster than {baseline}{acc}."
+        return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} faster{lvl} than {baseline}{acc}."
     if verdict == "same":
         return (f"{where}: no variant {verb[0]} faster than {baseline}; the best, {best['variant']}, is the same "
-                f"within noise ({ratio}){acc}.")
+                f"within noise ({ratio}{lvl}){acc}.")
     if verdict in ("slower", "worse"):
-        return f"{where}: every variant {verb[0]} slower than {baseline}; the closest, {best['variant']}, {ratio}{acc}."
+        return (f"{where}: every variant {verb[0]} slower{lvl} than {baseline}; the closest, {best['variant']}, "
+                f"{ratio}{acc}.")
+    if verdict == "inconclusive":
+        return (f"{where}: {best['variant']} {verb[0]} at {ratio}{lvl} against {baseline}, not told apart from it: "
+                f"{best.get(f'{label}_note') or 'one run a side'}{acc}.")
     return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} {baseline}'s (no interval){acc}."
 
 
@@ -301,7 +315,8 @@ def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
                              f"{fmt.percent_text(most['parallel_efficiency'])}).")
                 continue
             c = Comparison(float(best["speedup"]), float(best["ci_low"]), float(best["ci_high"]), float("nan"),
-                           str(best["verdict"]), 0, 0)
+                           str(best["verdict"]), 0, 0, level=str(best.get("level") or ""),
+                           note=str(best.get("note") or ""))
             text = _claim(_count(best[knob], word), _count(base[knob], word), ("train", "train"), where, c,
                           _throughput(best["train_samples_per_s"]), _throughput(base["train_samples_per_s"]))
             lines.append(text[:-1] + f"; parallel efficiency {fmt.percent_text(best['parallel_efficiency'])}.")
@@ -329,9 +344,11 @@ def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
     return out
 
 
-INTERVAL_NOTE = ("Ratios: median against median with the 95% bootstrap interval in brackets; faster/slower "
-                 "when the interval excludes 1 and the change is at least 2%, else same; unknown with one sample a "
-                 "side.")
+INTERVAL_NOTE = ("Ratios: median against median with the 95% interval in brackets and, in parentheses, the evidence "
+                 "the verdict rests on: runs (two or more fresh processes a side, compared run by run), floor (one "
+                 "run a side, claimed only beyond this machine's measured run-to-run noise), steps (one process's "
+                 "steps). faster/slower when the interval excludes 1 and the change is at least 2%; same within "
+                 "noise; inconclusive where one run a side cannot tell; unknown with one sample a side.")
 
 
 def as_markdown(found: Findings) -> str:

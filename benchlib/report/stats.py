@@ -1,21 +1,32 @@
-"""Comparisons that carry their uncertainty: a ratio of medians, its bootstrap interval, a rank test, a verdict.
+"""Comparisons that carry their uncertainty: a ratio of medians, its interval, a test, a verdict, and its level.
 
 Every claim a report makes is a comparison (GPU against CPU, AMP against fp32, this commit against the
-last). A bare ratio of two medians hides how much of it is noise; here each ratio comes from the raw
-samples behind the two figures: a seeded bootstrap interval of the ratio of medians (scipy's percentile
-bootstrap, each side resampled apart, 95% by default), a test of "is there a difference at all", and a
-verdict: ``faster`` (or ``better``) / ``slower`` (``worse``) when the interval excludes 1, the change is at
-least the practical threshold (2%) and the test finds a difference (p < 0.05), else ``same``. With fewer
-than two samples a side there is no interval and the verdict is ``unknown``: the ratio stands alone.
+last). A bare ratio of two medians hides how much of it is noise. The unit of a comparison is the run (a
+fresh process): steps of one process share its allocator, thread placement, CPU speed and neighbours, so
+the spread that decides whether two configurations differ is the one between processes. Each comparison
+says which evidence its verdict rests on (``level``):
 
-The test is Mann-Whitney's U where each side has at least four values. With three or fewer a rank test
-cannot reach p < 0.05 at all (three against three, fully separated, gives p = 0.1), while a percentile
-bootstrap of so few values is too narrow: three runs a side on a machine whose speed drifted 15% between
-them were called "faster". There the test is Welch's t on the logarithms (ratios are multiplicative), which
-a large, clean difference passes and a drift as large as the runs' own spread does not.
+- ``runs``: two or more runs a side. The interval comes from a hierarchical bootstrap (runs resampled
+  first, then the samples inside each chosen run; the side's figure is the median of its runs' medians),
+  and the test for a difference works on the runs' figures: Mann-Whitney's U with four or more a side,
+  Welch's t on the logarithms below that (three against three, fully separated, gives a rank test p = 0.1
+  at best, while a clean 12% difference passes Welch's t on logs).
+- ``floor``: one run on a side, and this machine's run-to-run noise floor is known (``benchlib
+  calibrate``): the interval is the steps' bootstrap interval widened to at least the floor's band
+  around the ratio, so a difference is claimed only when it is larger than two single runs of identical
+  settings can differ by noise alone.
+- ``steps``: one run a side and no floor: only the steps' bootstrap. Steps never give a verdict on their
+  own (``inconclusive``) unless both rows were measured in one process (interleaved variants), where the
+  process's state is shared and the steps are the evidence.
+
+The verdict: ``faster`` (``better``) / ``slower`` (``worse``) when the interval excludes 1, the change is
+at least the practical threshold (2%) and, where there is a test, it finds a difference (p < 0.05);
+``same`` at the runs level otherwise; ``inconclusive`` with the reason and what would settle it where one
+run a side cannot tell; ``unknown`` without data.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,8 +41,11 @@ MIN_RANK_TEST = 4  # values a side for Mann-Whitney to be able to reach p < ALPH
 PRACTICAL_THRESHOLD = 0.02  # a change under 2% is "same", however sure
 RESAMPLES = 2000
 SEED = 0
-VERDICTS = ("faster", "slower", "better", "worse", "same", "unknown")
+VERDICTS = ("faster", "slower", "better", "worse", "same", "inconclusive", "unknown")
 WORSE = frozenset({"slower", "worse"})
+CLAIMS = frozenset({"faster", "slower", "better", "worse"})
+LEVELS = ("runs", "floor", "steps", "test set")
+SETTLE_REPEATS = 5  # what a "repeat each side N times" hint asks for
 
 
 @dataclass(frozen=True)
@@ -45,16 +59,20 @@ class Comparison:
     verdict: str
     n_a: int
     n_b: int
-    level: str = "samples"  # what was resampled: "samples" of one run a side, or "runs" (repeats' figures)
-    test: str = ""  # behind p_value: "mann-whitney", "welch-log" (three or fewer a side), "exact" (constant sides)
+    level: str = "steps"  # the evidence the verdict rests on: runs, floor, steps (see the module) or test set
+    test: str = ""  # behind p_value: mann-whitney, welch-log (three or fewer a side), exact (constant sides)
+    runs_a: int = 1  # fresh processes (rows) behind each side
+    runs_b: int = 1
+    note: str = ""  # why a verdict is inconclusive and what would settle it
 
     def text(self) -> str:
-        """``1.23x [1.10, 1.35] faster``: the ratio, its interval and the verdict, for tables."""
+        """``1.23x [1.10, 1.35] faster (runs)``: the ratio, its interval, the verdict and its level, for tables."""
         if not math.isfinite(self.ratio):
             return "–"
         interval = (f" [{self.ci_low:.2f}, {self.ci_high:.2f}]" if math.isfinite(self.ci_low)
                     else f" [n={min(self.n_a, self.n_b)}: no interval]")
-        return f"{self.ratio:.2f}x{interval} {self.verdict}"
+        level = f" ({self.level})" if self.level and self.verdict != "unknown" else ""
+        return f"{self.ratio:.2f}x{interval} {self.verdict}{level}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +140,143 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
     words = ("faster", "slower") if timing else ("better", "worse")
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
     return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test)
+
+
+def _run_medians(run: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """``resamples`` bootstrap medians of one run's samples (in chunks: a run may hold thousands of steps)."""
+    if run.size == 1 or np.ptp(run) == 0:
+        return np.full(resamples, float(run[0]))
+    chunk = max(1, 2_000_000 // run.size)
+    parts = [np.median(run[rng.integers(0, run.size, size=(min(chunk, resamples - k), run.size))], axis=1)
+             for k in range(0, resamples, chunk)]
+    return np.concatenate(parts)
+
+
+def hierarchical_medians(runs: Sequence[np.ndarray], *, resamples: int = RESAMPLES,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap distribution of a side's figure (the median of its runs' medians), runs first, then samples.
+
+    Each replicate draws as many runs as there are, with replacement, then each drawn run's own bootstrap
+    median: the spread between processes and inside each one both enter, in that order.
+    """
+    per_run = np.stack([_run_medians(r, rng, resamples) for r in runs])  # (runs, resamples)
+    pick = rng.integers(0, len(runs), size=(resamples, len(runs)))
+    return np.asarray(np.median(per_run[pick, np.arange(resamples)[:, None]], axis=1))
+
+
+def compare_runs(runs_a: Sequence[Sequence[float] | np.ndarray], runs_b: Sequence[Sequence[float] | np.ndarray], *,
+                 higher_is_better: bool, timing: bool = True, confidence: float = CONFIDENCE,
+                 threshold: float = PRACTICAL_THRESHOLD, seed: int = SEED) -> Comparison:
+    """Side ``a`` against side ``b`` where each side is a list of runs (each run: its raw samples, or one figure).
+
+    Two or more runs a side: the hierarchical bootstrap interval of the ratio of the sides' figures and a
+    test on the runs' figures (``level="runs"``). ``ratio`` > 1 means ``a`` is better, as in ``compare``.
+    """
+    ra = [x for x in (_clean(r) for r in runs_a) if x.size]
+    rb = [x for x in (_clean(r) for r in runs_b) if x.size]
+    fig_a = np.asarray([np.median(r) for r in ra])
+    fig_b = np.asarray([np.median(r) for r in rb])
+    first, second = (fig_a, fig_b) if higher_is_better else (fig_b, fig_a)
+    base = Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", len(ra), len(rb), level="runs",
+                      runs_a=len(ra), runs_b=len(rb))
+    if len(ra) < 2 or len(rb) < 2 or np.median(second) <= 0 or np.median(first) < 0:
+        return base
+    ratio = float(np.median(first) / np.median(second))
+    if np.ptp(first) == 0 and np.ptp(second) == 0 and all(np.ptp(r) == 0 for r in ra + rb):
+        low = high = ratio
+        p_value, test = (1.0 if first[0] == second[0] else 0.0), "exact"
+    else:
+        rng = np.random.default_rng(seed)
+        boot_a, boot_b = hierarchical_medians(ra, rng=rng), hierarchical_medians(rb, rng=rng)
+        top, bottom = (boot_a, boot_b) if higher_is_better else (boot_b, boot_a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dist = top / bottom
+        dist = dist[np.isfinite(dist)]
+        tail = (1 - confidence) / 2 * 100
+        low, high = (float(np.percentile(dist, tail)), float(np.percentile(dist, 100 - tail))) if dist.size else (
+            math.nan, math.nan)
+        if np.ptp(fig_a) == 0 and np.ptp(fig_b) == 0:
+            p_value, test = (1.0 if fig_a[0] == fig_b[0] else 0.0), "exact"
+        else:
+            p_value, test = difference_test(fig_a, fig_b)
+    words = ("faster", "slower") if timing else ("better", "worse")
+    verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
+    return dataclasses.replace(base, ratio=ratio, ci_low=low, ci_high=high, p_value=p_value, verdict=verdict,
+                               test=test)
+
+
+def repeat_hint(runs: int = SETTLE_REPEATS) -> str:
+    return f"repeat each side {runs} times (`repeats: {runs}` in the study, `--repeats {runs}`)"
+
+
+def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, timing: bool = True,
+                      threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
+    """The verdict of a comparison with one run on a side, from its steps' comparison and the noise floor.
+
+    ``floor`` is how far (in %) two single runs of identical settings may differ on this machine (NaN when
+    not measured). With a floor, the interval is the steps' widened to at least ``ratio / (1 + floor)`` ..
+    ``ratio * (1 + floor)`` and a difference is claimed only beyond it (``level="floor"``). Without one,
+    rows of one process keep the steps' verdict (``level="steps"``); rows of different processes are
+    ``inconclusive``.
+    """
+    if not math.isfinite(steps.ratio) or steps.verdict == "unknown" and not math.isfinite(floor):
+        return steps
+    words = ("faster", "slower") if timing else ("better", "worse")
+    if math.isfinite(floor):
+        band = 1.0 + floor / 100.0
+        lows = [x for x in (steps.ci_low, steps.ratio / band) if math.isfinite(x)]
+        highs = [x for x in (steps.ci_high, steps.ratio * band) if math.isfinite(x)]
+        low, high = min(lows), max(highs)
+        verdict = verdict_of(steps.ratio, low, high, threshold=threshold, words=words)
+        note = ""
+        if verdict == "same":
+            verdict = "inconclusive"
+            note = (f"{min(steps.runs_a, steps.runs_b)} run a side; single runs on this machine differ by up to "
+                    f"±{floor:.0f}% (its noise floor); {repeat_hint()}")
+        return dataclasses.replace(steps, ci_low=low, ci_high=high, p_value=math.nan, verdict=verdict,
+                                   level="floor", test=f"floor ±{floor:.0f}%", note=note)
+    if same_process:
+        return dataclasses.replace(steps, level="steps", note="steps of one process (interleaved): the "
+                                   "comparison leaves out the machine's run-to-run noise")
+    note = ("1 run a side in different processes and no noise floor measured: steps alone cannot tell; run "
+            f"`benchlib calibrate` or {repeat_hint()}")
+    return dataclasses.replace(steps, verdict="inconclusive" if steps.verdict != "unknown" else "unknown",
+                               level="steps", note=note)
+
+
+def proportion_ratio(acc_a: float, n_a: int, acc_b: float, n_b: int, *, confidence: float = CONFIDENCE,
+                     threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
+    """Accuracy ``acc_a`` (of ``n_a`` test samples) against ``acc_b``, one training a side: the ratio with its
+    log (Katz) interval and a two-proportion z test (``level="test set"``).
+
+    The interval covers the test set's sampling only, not the spread between trainings (seeds, a machine's
+    numerics): ``same`` where it holds 1, and ``inconclusive`` where it does not, since one training a side
+    cannot tell a real change from training noise. The sides are taken as independent, which is
+    conservative when they share one test set.
+    """
+    if not (0 < n_a and 0 < n_b and 0 < acc_b and 0 <= acc_a <= 1 and acc_b <= 1):
+        return NO_DATA
+    ratio = acc_a / acc_b
+    words = ("better", "worse")
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    hits_a, hits_b = acc_a * n_a, acc_b * n_b
+    # 0.5 added to each cell keeps the interval finite when a side is all right or all wrong (Haldane).
+    ha, hb = hits_a + 0.5, hits_b + 0.5
+    se = math.sqrt(max(1 / ha - 1 / (n_a + 1), 0.0) + max(1 / hb - 1 / (n_b + 1), 0.0))
+    center = math.log(ha / (n_a + 1)) - math.log(hb / (n_b + 1))
+    low, high = math.exp(center - z * se), math.exp(center + z * se)
+    pooled = (hits_a + hits_b) / (n_a + n_b)
+    var = pooled * (1 - pooled) * (1 / n_a + 1 / n_b)
+    p_value = 1.0 if var == 0 else float(2 * stats.norm.sf(abs(acc_a - acc_b) / math.sqrt(var)))
+    verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
+    note = ""
+    if verdict in CLAIMS:  # beyond the test set's sampling, but one training cannot tell a change from its seed
+        verdict = "inconclusive"
+        note = (f"accuracy differs beyond the test set's sampling (p={p_value:.2g}), but one training a side "
+                f"cannot tell a real change from training noise (same code and seed differed by 4 points across "
+                f"two machines); {repeat_hint()} with seeds")
+    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, level="test set", test="two-proportion z",
+                      note=note)
 
 
 def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,

@@ -258,7 +258,8 @@ def scaling_table(df: pd.DataFrame, knob: str, reader: SampleReader | None = Non
             ratio = n / base_n if base_n else np.nan
             out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3], knob: n,
                         "train_samples_per_s": v, "speedup": v / base, "ci_low": c.ci_low, "ci_high": c.ci_high,
-                        "verdict": c.verdict if n != base_n else "baseline", "speedup_text": c.text(),
+                        "verdict": c.verdict if n != base_n else "baseline", "level": c.level, "note": c.note,
+                        "speedup_text": c.text(),
                         "parallel_efficiency": (v / base) / ratio if ratio else np.nan})
     return pd.DataFrame(out)
 
@@ -320,6 +321,8 @@ def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd
                 c = compare_rows(rows, base_rows, metric, reader)
                 rec[column] = c.ratio
                 rec[f"{label}_verdict"] = c.verdict
+                rec[f"{label}_level"] = c.level
+                rec[f"{label}_note"] = c.note
                 rec[label] = c.text()
 
             def median(rows: pd.DataFrame, col: str) -> float:

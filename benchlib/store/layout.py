@@ -7,7 +7,7 @@ A results folder (``results/<study>/``)::
     telemetry/<machine>__<run_id>.csv      the telemetry time series sampled while it ran
     manifests/<manifest_id>.json           the environment a row was measured in
     ceilings/<machine>__<device>.json      the measured roofline ceilings of one device
-    noise_floor/<machine>.json             how far two runs of identical settings differ on this machine
+    noise_floor/<machine>__<device>.json   how far two runs of identical settings differ on this machine
     weights/<machine>__<model>__<key>.pt   trained weights shared with inference-only variants
     profiles/<machine>__<run_id>/          torch.profiler tables, trace.json, tensorboard/, profile.json
     tuning/optuna.sqlite3                  Optuna studies of ``benchlib tune`` in one process, or
@@ -111,9 +111,9 @@ class ResultsLayout:
     def ceilings_files(self) -> list[Path]:
         return sorted((self.root / "ceilings").glob("*.json"))
 
-    def noise_floor_path(self, machine: str) -> Path:
-        """This machine's run-to-run noise floor (``benchlib calibrate``)."""
-        return self.root / "noise_floor" / f"{safe_name(machine)}.json"
+    def noise_floor_path(self, machine: str, device: str = "cpu") -> Path:
+        """This machine's run-to-run noise floor on one device type (``benchlib calibrate``)."""
+        return self.root / "noise_floor" / f"{safe_name(machine)}__{safe_name(device)}.json"
 
     def noise_floor_files(self) -> list[Path]:
         return sorted((self.root / "noise_floor").glob("*.json"))

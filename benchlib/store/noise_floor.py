@@ -5,7 +5,7 @@ that decides whether two single runs differ is the one between processes. ``benc
 small configuration in several fresh processes and keeps each run's figures here; from them follows, per
 metric, how far apart two single runs of identical settings may land on this machine (the 95% prediction
 bound of their ratio, ``report.stats.floor_pct``). A comparison of one run a side claims a difference only
-beyond it. One file per machine, beside the ceilings: ``noise_floor/<machine>.json``.
+beyond it. One file per machine and device type, beside the ceilings: ``noise_floor/<machine>__<device>.json``.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class NoiseFloor:
     interfered: bool = False  # another process took CPU while it ran: the floor is too wide
     interference: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    device: str = "cpu"  # the device type the configuration ran on (cpu, cuda, mps)
 
     @property
     def runs(self) -> int:
@@ -75,13 +76,14 @@ class NoiseFloor:
                        torch=str(data.get("torch", "")), configuration=str(data.get("configuration", "")),
                        values=values, minutes=float(data.get("minutes", math.nan)),
                        interfered=bool(data.get("interfered", False)),
-                       interference=str(data.get("interference", "")), extra=dict(data.get("extra", {})))
+                       interference=str(data.get("interference", "")), extra=dict(data.get("extra", {})),
+                       device=str(data.get("device", "cpu")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a noise floor: {exc}") from exc
 
 
 def save_noise_floor(floor: NoiseFloor, results_dir: str | Path) -> Path:
-    path = ResultsLayout.of(results_dir).noise_floor_path(floor.machine)
+    path = ResultsLayout.of(results_dir).noise_floor_path(floor.machine, floor.device)
     atomic_write_json(path, floor.to_json())
     return path
 
