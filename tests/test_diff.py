@@ -13,6 +13,7 @@ import pytest
 from conftest import TINY
 
 from benchlib.cli import main
+from benchlib.env import manifest
 from benchlib.env.manifest import machine_name
 from benchlib.report.diff import diff, floor_lines, notes, regressions
 from benchlib.report.stats import (
@@ -169,16 +170,22 @@ def test_accuracy_is_judged_on_the_test_set_size():
 
 # ---------------------------------------------------------------- benchlib diff on real runs
 
-def _record(folder, model: str, seeds=(0,), batch: int = 16, **settings) -> None:
+def _record(folder, model: str, seeds=(0,), batch: int = 16, own_process: bool = False, **settings) -> None:
+    """Rows recorded in this process; ``own_process``: each row stands for a run of its own (a fresh process,
+    as a study's rounds or several studies are), by its process_uid."""
     for seed in seeds:
         s = RunSettings.of(**{**TINY, **settings, "seed": seed})
-        row = record(RunConfig("d", "cpu", model, batch, s), folder, progress=None)
+        with pytest.MonkeyPatch.context() as mp:
+            if own_process:
+                mp.setattr(manifest, "_PROCESS_UID", f"{manifest.process_uid()}:{folder.name}:{seed}")
+            row = record(RunConfig("d", "cpu", model, batch, s), folder, progress=None)
         assert row is not None and row["status"] == "ok", row
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """Folders A and B of identical settings (four seeds each), and one and two threads of resnet18.
+    """Folders A and B of identical settings (four seeds each, each a run of its own), and one and two threads
+    of resnet18 measured in this process.
 
     A and B are recorded interleaved (A0 B0 B1 A1 A2 B2 ...), as benchlib compare runs variants: the speed of
     this 2-core VM moves by up to 1.9x within a minute (benchmarks/machine_speed.py), so two folders
@@ -188,13 +195,13 @@ def folders(tmp_path_factory):
     """
     root = tmp_path_factory.mktemp("diff")
     first = root / "a"
-    _record(first, "squeezenet1_1", seeds=(0,), train_steps=10)
+    _record(first, "squeezenet1_1", seeds=(0,), train_steps=10, own_process=True)
     for name in ("b", "t1", "t2"):  # the machine's ceilings once, not per folder
         shutil.copytree(first / "ceilings", root / name / "ceilings")
-    _record(root / "b", "squeezenet1_1", seeds=(0,), train_steps=10)
+    _record(root / "b", "squeezenet1_1", seeds=(0,), train_steps=10, own_process=True)
     for seed in (1, 2, 3):  # A B, B A, A B, B A: neither side is always the second, warmer run
         for name in (("b", "a") if seed % 2 else ("a", "b")):
-            _record(root / name, "squeezenet1_1", seeds=(seed,), train_steps=10)
+            _record(root / name, "squeezenet1_1", seeds=(seed,), train_steps=10, own_process=True)
     _record(root / "b", "mobilenet_v2", train_steps=2)  # only in B
     for threads in (1, 2):
         _record(root / f"t{threads}", "resnet18", batch=64, threads=threads, train_steps=20, latency_repeats=20)
@@ -247,13 +254,17 @@ def test_identical_single_runs_in_fresh_processes_are_never_called_different(fre
 
 
 def test_one_thread_against_two_in_fresh_processes_is_claimed_beyond_the_floor(fresh, capsys):
+    """On a quiet 2-core machine two threads train about 1.7x as fast as one: beyond a 40% floor. Which way
+    is not asserted (a busy machine can slow the two-thread run more), that a difference is claimed is."""
     table = diff(fresh / "a_floor", fresh / "t2_floor", ["train_samples_per_s"], ignore=["threads"])
     (row,) = table.to_dict("records")
-    assert row["level"] == "floor" and row["verdict"] == "faster" and row["ci_low"] > 1.0, row
+    assert row["level"] == "floor" and row["verdict"] in CLAIMS, row
+    assert row["ci_low"] > 1.0 or row["ci_high"] < 1.0
     assert "threads 1: train step ±" in "\n".join(floor_lines(fresh / "a_floor", fresh / "t2_floor"))
     gate = ["--metric", "train_samples_per_s", "--ignore", "threads", "--fail-on-regression", "5"]
-    assert main(["diff", str(fresh / "t2_floor"), str(fresh / "a_floor"), *gate]) == 1
-    assert "1 regression(s) over 5%" in capsys.readouterr().err
+    codes = [main(["diff", str(fresh / x), str(fresh / y), *gate]) for x, y in (("t2_floor", "a_floor"),
+                                                                                 ("a_floor", "t2_floor"))]
+    assert sorted(codes) == [0, 1] and "1 regression(s) over 5%" in capsys.readouterr().err
     assert main(["diff", str(fresh / "t2"), str(fresh / "a"), *gate]) == 0  # no floor: inconclusive, no gate
     assert "inconclusive: " in capsys.readouterr().out
 

@@ -104,8 +104,26 @@ class SampleFiles:
         return self._cache[key]
 
 
+def _processes(rows: pd.DataFrame, by_process: bool = True) -> list[pd.DataFrame]:
+    """``rows`` grouped by the process that measured them (a row without ``process_uid`` is its own; every
+    row is its own where not ``by_process``)."""
+    if "process_uid" not in rows or not by_process:
+        return [rows.iloc[[i]] for i in range(len(rows))]
+    uid = rows["process_uid"].astype(str)
+    known = ~uid.isin(["", "nan", "None"])
+    keys = uid.where(known, "row:" + pd.Series(range(len(rows)), index=rows.index).astype(str))
+    return [grp for _, grp in rows.groupby(keys, sort=False)]
+
+
 def run_samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> list[np.ndarray]:
-    """The metric's samples of each row (each run) of ``rows``: its raw series where kept, else its one value."""
+    """The metric's samples of each run of ``rows``. For a speed a run is a process, so rows (seeds) measured
+    in one process pool their samples into one run; for a size or a score (accuracy differs between
+    trainings, not processes) each row is a run. A row's samples are its raw series where kept, else its value."""
+    out = [_pooled(grp, metric, reader) for grp in _processes(rows, by_process=metric.timing)]
+    return [x for x in out if x.size]
+
+
+def _pooled(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:
     out: list[np.ndarray] = []
     for row in rows.to_dict("records"):
         if metric.series is not None:
@@ -117,7 +135,7 @@ def run_samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> lis
         value = finite_float(row.get(metric.column))
         if value is not None:
             out.append(np.asarray([value]))
-    return out
+    return np.concatenate(out) if out else np.asarray([], dtype=float)
 
 
 def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:
@@ -178,10 +196,11 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
                  threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
     """Side ``a`` against side ``b`` on one metric (ratio > 1: ``a`` is better), at the level the rows allow.
 
-    Two or more runs a side: runs first, then the samples inside each (``stats.compare_runs``). One run
-    on a side: test accuracy is judged on the test set's size; other metrics on their steps and this
-    machine's noise floor (``stats.judge_single_runs``): a difference smaller than two single runs of
-    identical settings may show by noise alone is not claimed.
+    A run is a process: seeds measured in one process are one run. Two or more runs a side: runs first,
+    then the samples inside each (``stats.compare_runs``). One run on a side: test accuracy is judged on
+    the test set's size; other metrics on their steps and this machine's noise floor
+    (``stats.judge_single_runs``): a difference smaller than two single runs of identical settings may show
+    by noise alone is not claimed.
     """
     m = METRICS[metric] if isinstance(metric, str) else metric
     runs_a, runs_b = run_samples(a, m, reader), run_samples(b, m, reader)
@@ -192,6 +211,7 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
         judged = _accuracy(a, b, threshold)
         if judged is not None:
             return judged
+
     def pool(runs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(runs) if runs else np.asarray([], dtype=float)
 
