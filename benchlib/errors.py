@@ -50,6 +50,12 @@ class ClusterError(BenchlibError):
     exit_code = 1
 
 
+class CalibrationFailed(BenchlibError):
+    """A calibration run produced no row: the floor is not measured (the line names the run and why)."""
+
+    exit_code = 1
+
+
 class MeasurementOutcome(RuntimeError):
     """A configuration produced no measurement; ``status`` is the word its row records."""
 

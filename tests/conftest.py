@@ -9,7 +9,7 @@ import torch
 os.environ.setdefault("BENCHLIB_MACHINE", "testmachine")
 
 TINY = dict(dataset="digits", image_size=32, train_subset=128, test_subset=64, train_steps=3, warmup_steps=1,
-            infer_warmup_batches=1, latency_repeats=5, epochs=1)
+            infer_warmup_batches=1, latency_repeats=5, latency_budget_s=0.5, epochs=1)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.browser,
 TINY = {"study": "tiny", "description": "one tiny pair for the browser test", "hardware": ["cpu"],
         "models": ["squeezenet1_1"], "batch_sizes": [8], "dataset": "digits", "image_size": 32, "train_subset": 64,
         "test_subset": 32, "train_steps": 2, "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1,
-        "profile": True}
+        "profile": True, "calibrate": False}
 PAGES = {"index.html": "benchlib reports", "tiny/summary.html": "benchlib study: tiny",
          "tiny/runs/cpu__squeezenet1_1.html": "squeezenet1_1 on cpu: measurements \u00b7 tiny",
          "tiny/profile/cpu__squeezenet1_1.html": "squeezenet1_1 on cpu: profile \u00b7 tiny"}

@@ -79,7 +79,7 @@ def test_a_study_rerun_after_changing_its_image_size(tmp_path, capsys):
     params = tmp_path / "s.yaml"
     base = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: [8]\ndataset: digits\n"
             "train_subset: 64\ntest_subset: 32\ntrain_steps: 2\nwarmup_steps: 1\nlatency_repeats: 3\n"
-            "infer_warmup_batches: 1\n")
+            "infer_warmup_batches: 1\ncalibrate: false\n")
     argv = ["study", str(params), "--results-root", str(tmp_path / "results"), "--reports-root",
             str(tmp_path / "reports"), "--no-summary"]
     params.write_text(base + "image_size: 32\n")

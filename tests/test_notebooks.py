@@ -60,7 +60,7 @@ def test_tiny_study_through_papermill(tmp_path):
     params.write_text(yaml.safe_dump({
         "study": "tiny", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"], "batch_sizes": [8, 16],
         "dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
-        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1, "profile": True,
+        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1, "profile": True, "calibrate": False,
     }))
     results, reports = tmp_path / "results", tmp_path / "reports"
     code = main(["study", str(params), "--results-root", str(results), "--reports-root", str(reports)])

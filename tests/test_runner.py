@@ -41,13 +41,16 @@ def test_steps_and_warmup_are_counted_apart(measured):
 
 def test_timing_invariants(measured):
     _, row, samples = measured
-    assert 0 < row["latency_ms_p50"] <= row["latency_ms_p90"] <= row["latency_ms_p99"]
+    published = [row[f"latency_ms_p{q}"] for q in (50, 90, 99) if row[f"latency_ms_p{q}_status"] == "ok"]
+    assert published and published == sorted(published) and published[0] > 0  # p50 <= p90 <= p99 where shown
+    assert all(row[f"latency_ms_p{q}_ci_low"] <= row[f"latency_ms_p{q}"] <= row[f"latency_ms_p{q}_ci_high"]
+               for q in (50, 90, 99) if row[f"latency_ms_p{q}_status"] == "ok")
     assert row["train_step_s_iqr"] >= 0
     assert row["train_samples_per_s"] == pytest.approx(16 * 3 / sum(samples["train_step_s"]))
     # inference throughput is samples over summed timed work (back-to-back batches), never batch / latency
     repeats = samples["infer_repeat_s"]
     assert row["infer_samples_per_s"] == pytest.approx(16 * 5 * len(repeats) / sum(repeats))
-    assert len(samples["latency_s"]) == 5
+    assert len(samples["latency_s"]) == row["latency_n"] >= 5  # at least latency_repeats, more within the budget
 
 
 def test_accuracy_and_memory(measured):

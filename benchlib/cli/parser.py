@@ -157,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=single.cmd_roofline)
 
+    p = _sub(sub, "calibrate", "measure this machine's run-to-run noise floor: one small configuration in fresh "
+             "processes, so comparisons of one run a side claim only differences beyond it")
+    p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
+    p.add_argument("--results-dir", default="results/adhoc", help="the floor goes to RESULTS_DIR/noise_floor/")
+    p.add_argument("--runs", type=int, default=5, metavar="N", help="fresh processes per thread count, >= 3")
+    p.add_argument("--threads", type=int, nargs="+", metavar="N",
+                   help="thread counts to calibrate (default: 1 and the CPUs this process may use; on a GPU the "
+                   "default threads)")
+    p.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    p.set_defaults(func=single.cmd_calibrate)
+
     p = _sub(sub, "diff", "compare two results folders configuration by configuration, with intervals")
     p.add_argument("a", help="reference results folder (a study folder or a results root), e.g. the last commit's")
     p.add_argument("b", help="candidate results folder")

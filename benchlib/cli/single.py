@@ -1,4 +1,4 @@
-"""Commands about one configuration or one model on this machine: run, profile, flops, roofline, env."""
+"""Commands about one configuration or one model on this machine: run, profile, flops, roofline, calibrate, env."""
 from __future__ import annotations
 
 import argparse
@@ -145,6 +145,10 @@ def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
                ("batch_latency_ms_p50", fmt.ms_text), ("infer_samples_per_s", per_s),
                ("peak_rss_bytes", fmt.bytes_text))
     for key, show in formats:
+        if key.startswith(("latency_ms_", "batch_latency_ms_")):  # a refused percentile says why
+            text = fmt.percentile_text(row.get(key), row.get(f"{key}_status"))
+            shown.append((key, text))
+            continue
         text = show(row.get(key))
         shown.append((key, fmt.MISSING if text.startswith(fmt.MISSING) else text))
     return shown
@@ -235,4 +239,45 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         for dtype, value in ceilings.peak_flops_per_s.items():
             print(f"peak {dtype:>5}: {value / 1e9:10.1f} GFLOP/s")
         print(f"bandwidth : {ceilings.bandwidth_bytes_per_s / 1e9:10.1f} GB/s (bytes read + written)")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """The noise floor measured in fresh processes, saved, and per thread count and metric what it lets a
+    comparison of single runs claim."""
+    from ..env.devices import resolve_hardware
+    from ..env.threads import usable_cpus
+    from ..pipeline.calibrate import measure_noise_floor, thread_counts
+    from ..report import caveats
+    from ..report.stats import floor_pct
+    from ..store.noise_floor import save_noise_floor
+
+    try:
+        device = resolve_hardware(args.device)
+    except BenchlibError as exc:
+        raise ConfigError(f"command line: --device: {exc}") from exc
+    if args.runs < 3:
+        raise ConfigError(f"command line: --runs {args.runs}; allowed: integers >= 3 (a spread needs three runs)")
+    most = 2 * usable_cpus()
+    for n in args.threads or ():
+        if not 1 <= n <= most:
+            raise ConfigError(f"command line: --threads {n}; allowed: 1..{most} (twice the CPUs this process may use)")
+    counts = thread_counts(device, args.threads)
+    floor = measure_noise_floor(device, runs=args.runs, threads=counts, progress=Progress().line)
+    path = save_noise_floor(floor, Path(args.results_dir))
+    if args.json:
+        print(json.dumps({**floor.to_json(), "path": str(path)}, default=str))
+        return 0
+    print(f"noise floor of {floor.machine} ({floor.device}), {floor.runs} fresh runs per thread count, measured in "
+          f"{floor.minutes:.1f} min ({floor.measured_utc}); saved to {path}")
+    print(f"configuration: {floor.configuration} --threads N")
+    for n, per in sorted(floor.values.items()):
+        print(f"threads {n}:")
+        for metric, values in per.items():
+            label, text = caveats.FLOOR_LABELS.get(metric, (metric, str))
+            print(f"  {label:>22}: differences under {caveats.pct_text(floor_pct(values))} are within this "
+                  f"machine's run-to-run noise (runs: {', '.join(text(v) for v in values)})")
+    if floor.interfered:
+        print(f"benchlib: warning: other work ran while it was measured ({floor.interference}): this floor is wider "
+              "than the machine's quiet one; measure again on a quiet machine", file=sys.stderr)
     return 0

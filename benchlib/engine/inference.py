@@ -1,11 +1,13 @@
 """Inference timing: latency of one forward pass, and throughput of back-to-back passes.
 
 Latency: each repeat is its own timed region, synchronized at both ends, on inputs already on the
-device; p50/p90/p99 come from the repeats. Throughput: batches run back to back with one synchronize at
-the end of each repeat, so the host queues the next batch while the device works, as a serving loop
-does; samples over the summed repeat times, the same definition as training throughput. Autocast is
-entered and left around every call, so each call pays its weight casts. A pass over the test set with
-its DataLoader is evaluation throughput, not latency (see ``train.evaluate``).
+device; p50/p90/p99 come from the repeats. A series times at least its ``repeats`` and then goes on
+until it holds ``target`` samples (enough for an honest p99) or its time budget is spent, so a fast
+call gets its p99 and a slow one stays bounded in time. Throughput: batches run back to back with one
+synchronize at the end of each repeat, so the host queues the next batch while the device works, as a
+serving loop does; samples over the summed repeat times, the same definition as training throughput.
+Autocast is entered and left around every call, so each call pays its weight casts. A pass over the
+test set with its DataLoader is evaluation throughput, not latency (see ``train.evaluate``).
 """
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from ..instruments.timing import Samples
 
 CallContext = Callable[[], AbstractContextManager[object]]
 BATCHES_PER_THROUGHPUT_REPEAT = 5
+# Samples a latency series goes on to within its time budget: p99 needs 299 for an interval at all, and at
+# 1000 its 95% interval runs between the 984th and the 997th sample, clear of the few slowest calls.
+LATENCY_TARGET_SAMPLES = 1000
 
 
 def _plain() -> AbstractContextManager[object]:
@@ -29,16 +34,21 @@ def _plain() -> AbstractContextManager[object]:
 
 @torch.inference_mode()
 def measure_latency(model: nn.Module, batch: torch.Tensor, *, warmup: int, repeats: int,
-                    context: CallContext = _plain) -> Samples:
-    """Seconds per forward pass of ``batch`` (already on the model's device), each pass synchronized."""
+                    context: CallContext = _plain, budget_s: float = 0.0, target: int = 0) -> Samples:
+    """Seconds per forward pass of ``batch`` (already on the model's device), each pass synchronized.
+
+    ``repeats`` passes are always timed; after them timing goes on while fewer than ``target`` passes
+    were timed and less than ``budget_s`` seconds went by since the first timed pass.
+    """
     model.eval()
     device = batch.device
     for _ in range(warmup):
         with context():
             model(batch)
     synchronize(device)
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeats or (len(times) < target and time.perf_counter() - start < budget_s):
         t0 = time.perf_counter()
         with context():
             model(batch)

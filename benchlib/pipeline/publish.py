@@ -105,7 +105,8 @@ def pair_title(kind: str, hardware: str, model: str, study: str) -> str:
 # ---------------------------------------------------------------- what the pages were made from
 
 def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
-    """Copy each results folder's table, run rules, manifests and ceilings under the report's ``data/``.
+    """Copy each results folder's table, run rules, manifests, ceilings and noise floors under the report's
+    ``data/``.
 
     The report folder then holds everything its pages link to and can be published on its own; the copy
     is replaced each time (raw samples, telemetry and weights stay in the results folder).
@@ -126,7 +127,8 @@ def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
         for src in (layout.results_csv, layout.run_rules_path):
             if src.exists():
                 shutil.copyfile(src, dest / src.name)
-        for sub, files in (("manifests", layout.manifest_files()), ("ceilings", layout.ceilings_files())):
+        for sub, files in (("manifests", layout.manifest_files()), ("ceilings", layout.ceilings_files()),
+                           ("noise_floor", layout.noise_floor_files())):
             for src in files:
                 (dest / sub).mkdir(exist_ok=True)
                 shutil.copyfile(src, dest / sub / src.name)

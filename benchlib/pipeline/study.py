@@ -22,7 +22,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
-from ..errors import ConfigError, DiskFull
+from ..errors import CalibrationFailed, ConfigError, DiskFull
 from ..instruments import drift, interference
 from ..report.rules import run_rules, superseded_rows
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
@@ -36,6 +36,7 @@ from ..store.layout import ReportLayout, ResultsLayout, StudyPaths, pair_noteboo
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
 from . import progress, publish
+from .calibrate import ensure_noise_floor
 
 # torch's C++ log warns in every profile that memory allocated before profiling is not followed: its page
 # says what that means for the memory columns instead.
@@ -140,6 +141,8 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
         _log(f"ceilings of {hardware} (matmul and copy, for the roofline)")
         ensure_ceilings(paths.results.root, hardware)
+    if cfg.calibrate:
+        calibrate(paths.results.root, [h for h, _ in pairs])
     run = skipped = failed = 0
     t_study = time.perf_counter()
     for i, (hardware, model) in enumerate(pairs, 1):
@@ -195,6 +198,19 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
          f"complete, {failed} failed; {configs_failed} failed configuration(s); report {paths.reports.index}")
     return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)
+
+
+def calibrate(results_dir: Path, hardware: list[str]) -> None:
+    """The machine's noise floor once per device type of the study (reused while fresh); a calibration that
+    fails is said in one line and the study goes on (its single-run comparisons stay inconclusive)."""
+    first: dict[str, str] = {}  # device type -> the study's first hardware of it
+    for h in hardware:
+        first.setdefault(torch.device(resolve_hardware(h)).type, resolve_hardware(h))
+    for kind, name in first.items():
+        try:
+            ensure_noise_floor(results_dir, name, progress=_log)
+        except CalibrationFailed as exc:
+            _log(f"noise floor of {kind} not measured: {exc}; single-run comparisons stay inconclusive; going on")
 
 
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,

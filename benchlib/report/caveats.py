@@ -1,22 +1,29 @@
 """What not to trust and what is missing: rows measured under interference, noisy or above their roof; what
-failed or was skipped, with why; and the questions a study did not ask.
+failed or was skipped, with why; the questions a study did not ask; and the machine's run-to-run noise floor,
+under which a difference between single runs is not claimed.
 
 Pure, like ``findings``, which puts these first (warnings) and last (failures, what did not run).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..instruments import drift, interference
+from ..store.noise_floor import NoiseFloor
+from . import fmt
 from .evidence import NOISE_FLAGS
+from .stats import floor_pct
 from .tables import device_label, ok_rows
 
 MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
 MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
+FLOOR_LABELS = {"train_step_s": ("training step", fmt.seconds_text),
+                "infer_samples_per_s": ("inference throughput", lambda v: f"{fmt.significant(v)}/s"),
+                "latency_ms_p50": ("latency p50, batch 1", fmt.ms_text), "peak_rss_bytes": ("peak RSS", fmt.bytes_text)}
 
 
 def measured_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -109,3 +116,43 @@ def not_run(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = ()) -> lis
     if not profiles:
         missing.append("profiles")
     return missing
+
+
+def pct_text(value: float) -> str:
+    """A floor in % as a reader sees it: two significant digits, an en dash where there is none."""
+    return f"{fmt.significant(value, 2)}%" if np.isfinite(value) else fmt.MISSING
+
+
+def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
+    """One line per machine, device, thread count and metric: how far two single runs of identical settings may
+    differ by noise alone (``stats.floor_pct``), the runs behind it and their figures, and when they ran."""
+    records = []
+    for f in floors:
+        for threads, per in sorted(f.values.items()):
+            for metric, values in per.items():
+                label, text = FLOOR_LABELS.get(metric, (metric, fmt.significant))
+                records.append({"machine": f.machine, "device": f.device, "threads": threads, "metric": label,
+                                "floor %": pct_text(floor_pct(values)), "runs": len(values),
+                                "the runs' figures": ", ".join(text(v) for v in values),
+                                "measured": f.measured_utc[:16].replace("T", " ")
+                                + (" (interfered)" if f.interfered else "")})
+    return pd.DataFrame(records)
+
+
+def noise_floor_sentences(floors: Sequence[NoiseFloor], machines: Iterable[str] = ()) -> list[str]:
+    """Per floor, the difference between single runs it does not let a comparison claim (the training step's,
+    per calibrated thread count); a line naming the ``machines`` without one."""
+    out = []
+    for f in floors:
+        parts = [f"{pct_text(floor_pct(per.get('train_step_s', ())))} at {n} thread{'s' if n > 1 else ''}"
+                 for n, per in sorted(f.values.items())]
+        busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
+                if f.interfered else "")
+        out.append(f"On {f.machine} ({f.device}), differences under {' and '.join(parts)} between single runs are "
+                   "within this machine's run-to-run noise and are not claimed (the training step; other metrics in "
+                   f"the table; a comparison at another thread count uses the nearest calibrated one).{busy}")
+    missing = sorted({str(m) for m in machines} - {f.machine for f in floors})
+    if missing:
+        out.append(f"No noise floor was measured on {', '.join(missing)}: single-run comparisons are inconclusive; "
+                   "run `benchlib calibrate`.")
+    return out

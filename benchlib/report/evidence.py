@@ -169,7 +169,7 @@ def one_process(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Whether every row of both sides was measured in one and the same process."""
     if "process_uid" not in a or "process_uid" not in b:
         return False
-    uids = set(pd.concat([a["process_uid"], b["process_uid"]]).astype(str))
+    uids = {str(u) for u in (*a["process_uid"].tolist(), *b["process_uid"].tolist())}
     return len(uids) == 1 and next(iter(uids)) not in ("", "nan", "None")
 
 

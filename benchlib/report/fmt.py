@@ -7,6 +7,8 @@ Raw values stay in ``results.csv``; these functions only make text.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 MISSING = "\u2013"  # en dash: no value (the reason, where there is one, is given beside it)
@@ -120,6 +122,39 @@ def ratio_text(ratio: Any, low: Any = None, high: Any = None) -> str:
     lo, hi = _number(low), _number(high)
     interval = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
     return f"{r:.2f}x{interval}"
+
+
+def accuracy_text(accuracy: Any, low: Any = None, high: Any = None) -> str:
+    """An accuracy with its 95% interval where the row has one: 96.9% [95.1, 98.0] (both ends in %)."""
+    text = percent_text(accuracy)
+    lo, hi = _number(low), _number(high)
+    if text == MISSING or lo is None or hi is None:
+        return text
+    return f"{text} [{significant(lo * 100)}, {significant(hi * 100)}]"
+
+
+_TOO_FEW = re.compile(r"too few samples \(n=(\d+), p[\d.]+ needs (\d+)\)")
+
+
+def percentile_reason(status: Any) -> str | None:
+    """Why a percentile is missing, short: ``n=50 < 299`` or ``interval too wide``; None when it is not."""
+    if not isinstance(status, str) or not status.strip() or status in ("ok", "nan", "None"):
+        return None
+    few = _TOO_FEW.search(status)
+    if few:
+        return f"n={few.group(1)} < {few.group(2)}"
+    return status.split(" (")[0]
+
+
+def percentile_text(value: Any, status: Any = None, show: Callable[[Any], str] = ms_text) -> str:
+    """A published percentile, or an en dash with why it was not published: ``– (n=50 < 299)``.
+
+    A value whose status says it was refused is never shown, whatever the cell holds.
+    """
+    why = percentile_reason(status)
+    if why is not None:
+        return f"{MISSING} ({why})"
+    return show(value)
 
 
 def value_text(value: Any) -> str:

@@ -30,6 +30,10 @@ HEADLINE: dict[str, tuple[str, Callable[[Any], str]]] = {
 }
 # why a figure may be missing: row column -> the column that says why
 REASONS = {"train_energy_j_per_sample": "train_energy_unmeasurable"}
+# percentiles published only with enough samples and a narrow interval: row column -> its status column
+PERCENTILE_STATUS = {"latency_ms_p50": "latency_ms_p50_status", "latency_ms_p99": "latency_ms_p99_status"}
+# figures shown with their 95% interval: row column -> (low, high) columns, each the median over seeds
+INTERVALS = {"test_accuracy": ("test_accuracy_ci_low", "test_accuracy_ci_high")}
 
 
 def memory_above_baseline(df: pd.DataFrame) -> pd.Series:
@@ -87,6 +91,36 @@ def _reason(rows: pd.DataFrame, column: str) -> str:
     return values[0] if values else GENERIC_REASON
 
 
+def _refused(rows: pd.DataFrame, column: str) -> str | None:
+    """The status of a percentile that some run of the configuration did not publish (None: every run did)."""
+    status = PERCENTILE_STATUS.get(column)
+    if status is None or status not in rows:
+        return None
+    return next((str(s) for s in rows[status] if fmt.percentile_reason(s) is not None), None)
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    return float(pd.to_numeric(rows[column], errors="coerce").median()) if column in rows else float("nan")
+
+
+def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str]) -> tuple[str, str | None]:
+    """A figure's cell (the median over the configuration's runs) and, when it has no value, why.
+
+    A percentile that any run refused is shown as refused, with its reason: a median over the runs that
+    did publish it would be a figure from fewer runs than the line claims.
+    """
+    refused = _refused(rows, column)
+    if refused is not None:
+        return fmt.percentile_text(None, refused), refused
+    value = _median(rows, column)
+    if column in INTERVALS:
+        low, high = (_median(rows, c) for c in INTERVALS[column])
+        shown = fmt.accuracy_text(value, low, high)
+    else:
+        shown = text(value)
+    return shown, (_reason(rows, column) if shown == fmt.MISSING else None)
+
+
 def _notes(missing: dict[str, dict[str, int]], total: int, empty: list[str]) -> list[str]:
     """One line per column with missing values: where and why (a specific reason hides the generic one)."""
     notes = []
@@ -119,11 +153,9 @@ def headline_table(df: pd.DataFrame) -> Headline:
         if seeds:
             rec["runs"] = len(rows)
         for shown, (column, text) in HEADLINE.items():
-            value = pd.to_numeric(rows[column], errors="coerce").median() if column in rows else float("nan")
-            rec[shown] = text(value)
-            if rec[shown] == fmt.MISSING:
+            rec[shown], why = _cell(rows, column, text)
+            if why is not None:
                 reasons = missing.setdefault(shown, {})
-                why = _reason(rows, column)
                 reasons[why] = reasons.get(why, 0) + 1
         rec["flags"] = flags(rows) or fmt.MISSING
         records.append(rec)
@@ -140,7 +172,8 @@ def headline_table(df: pd.DataFrame) -> Headline:
 GRID = {"hardware": "devices", "device_name": "device names", "model": "models", "batch_size": "batch sizes",
         "variant": "variants", "seed": "seeds", "dataset": "data set", "image_size": "image size (px)"}
 FIRST = ("epochs", "train_steps", "warmup_steps", "optimizer", "lr", "momentum", "weight_decay", "precision",
-         "threads", "num_workers", "latency_repeats", "infer_warmup_batches", "train_subset", "test_subset")
+         "threads", "num_workers", "latency_repeats", "latency_budget_s", "infer_warmup_batches", "train_subset",
+         "test_subset")
 
 
 def _listed(values: list[Any]) -> str:

@@ -176,16 +176,20 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
             "training": _per_s(r.get("train_samples_per_s")),
             "step time": _with_spread(r.get("train_step_s_median"), r.get("train_step_s_iqr"), fmt.seconds_text),
             "epoch": fmt.seconds_text(r.get("epoch_s")),
-            "test accuracy": fmt.percent_text(r.get("test_accuracy")),
-            "latency, batch 1 (p50 / p99)": f"{fmt.ms_text(r.get('latency_ms_p50'))} / "
-                                            f"{fmt.ms_text(r.get('latency_ms_p99'))}",
+            "test accuracy": fmt.accuracy_text(r.get("test_accuracy"), r.get("test_accuracy_ci_low"),
+                                               r.get("test_accuracy_ci_high")),
+            "latency, batch 1 (p50 / p99)": " / ".join(
+                fmt.percentile_text(r.get(f"latency_ms_p{q}"), r.get(f"latency_ms_p{q}_status")) for q in (50, 99)),
             "inference": _per_s(r.get("infer_samples_per_s")),
             "peak memory": fmt.bytes_text(r.get("peak_cuda_allocated_bytes") if str(r.get("hardware", "")).startswith(
                 "cuda") else r.get("peak_rss_bytes")),
             "interfered": _interference(r),
         })
         table.append(line)
-    display(Markdown("Step time: median of the timed steps with its interquartile range; inference: samples per "
+    display(Markdown("Step time: median of the timed steps with its interquartile range; test accuracy with its "
+                     "95% interval over the test set's images (the sampling of the test set; another seed moves it "
+                     "further); a latency percentile without the samples or the narrow interval it needs is "
+                     f"{fmt.MISSING} with why; inference: samples per "
                      "second at the working batch. Every column of these rows is in `results.csv` "
                      "([columns explained](../docs/columns.md)); the summary compares them with intervals."))
     return _table(pd.DataFrame(table), "no configuration ran")

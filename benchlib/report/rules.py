@@ -19,7 +19,7 @@ from ..store.layout import ResultsLayout
 from .evidence import NOISE_FLAGS, flagged
 
 TIMING_RULES = ("warmup_steps", "train_steps", "epochs", "max_train_batches", "infer_warmup_batches",
-                "latency_repeats", "threads", "interference_threshold_pct")
+                "latency_repeats", "latency_budget_s", "threads", "interference_threshold_pct")
 
 
 def _settings(rows: pd.DataFrame) -> pd.DataFrame:

@@ -16,9 +16,10 @@ from IPython.display import Markdown, display
 
 from ..roofline.cache import load_ceilings
 from ..store.layout import ResultsLayout
+from ..store.noise_floor import load_noise_floors
 from ..store.rows import key_of
+from . import caveats, fmt, headline, plots, plots_roofline, show
 from . import findings as found
-from . import fmt, headline, plots, plots_roofline, show
 from . import rules as report_rules
 from . import tables as report
 from .profiles import load_profiles
@@ -101,6 +102,21 @@ def how_it_was_run(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     show.collapsed_table("Every other setting", headline.settings_table(df, main=False), text=True)
     rules = report_rules.run_rules(df, report_rules.superseded_rows(dirs))
     display(Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs))))
+    noise_floor(df, dirs)
+
+
+def noise_floor(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
+    """The machines' run-to-run noise floor (``benchlib calibrate``): the difference between single runs it does
+    not let a comparison claim, and per thread count and metric its table."""
+    floors = load_noise_floors(results_dirs)
+    machines = df["machine"].dropna().astype(str).unique() if "machine" in df else []
+    show.heading("Run-to-run noise floor", 3)
+    display(Markdown(" ".join(caveats.noise_floor_sentences(floors, machines))))
+    if floors:
+        display(Markdown("One small configuration run in several fresh processes per thread count: `floor %` is how "
+                         "far two single runs of identical settings may land apart by noise alone (95% prediction "
+                         "bound of their ratio)."))
+        display(show.table(caveats.noise_floor_table(floors), text=True))
 
 
 def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:

@@ -20,7 +20,8 @@ PAIR_COLUMNS = [
     "machine", "hardware", "device_name", "model", "dataset", "batch_size", "variant", "status", "interfered",
     "interference_cpu_pct", "train_step_noisy", "train_samples_per_s", "train_step_s_median", "train_step_s_iqr",
     "epoch_s", "val_samples_per_s",
-    "train_accuracy", "test_accuracy", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+    "train_accuracy", "test_accuracy", "test_accuracy_ci_low", "test_accuracy_ci_high", "test_samples",
+    "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "latency_ms_p99_status", "latency_n",
     "batch_latency_ms_p50", "infer_samples_per_s", "peak_rss_bytes", "peak_cuda_allocated_bytes", "params",
 ]
 SPEEDUP_METRICS = {"train_samples_per_s": "higher", "infer_samples_per_s": "higher", "latency_ms_p50": "lower"}

@@ -17,6 +17,7 @@ from ..engine.train import TrainResult
 from ..env.manifest import process_uid
 from ..env.threads import choose_threads
 from ..instruments import drift
+from ..instruments.accuracy import wilson_interval
 from ..instruments.energy import EnergyResult, per_sample
 from ..instruments.memory import MemoryReport
 from ..instruments.timing import Samples
@@ -136,16 +137,37 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
     }
 
 
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+def percentile_columns(prefix: str, latency: Samples) -> Row:
+    """p50/p90/p99 in ms with their 95% intervals; a percentile without enough samples or with too wide an
+    interval is NaN, and its ``_status`` column says why (the raw samples are kept in the samples file)."""
+    out: Row = {}
+    for q in LATENCY_PERCENTILES:
+        p = latency.judged_percentile(q)
+        name = f"{prefix}_p{q}"
+        out.update({name: _ms(p.value), f"{name}_ci_low": _ms(p.low), f"{name}_ci_high": _ms(p.high),
+                    f"{name}_status": p.status})
+    return out
+
+
 def latency_columns(lat1: Samples, latn: Samples, throughput: Samples, throughput_samples: int) -> Row:
     """Latency percentiles per call, and throughput as samples over the summed back-to-back repeat times."""
     return {
-        "latency_ms_p50": _ms(lat1.median), "latency_ms_p90": _ms(lat1.percentile(90)),
-        "latency_ms_p99": _ms(lat1.percentile(99)), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
-        "batch_latency_ms_p50": _ms(latn.median), "batch_latency_ms_p90": _ms(latn.percentile(90)),
-        "batch_latency_ms_p99": _ms(latn.percentile(99)), "batch_latency_noisy": latn.noisy,
+        **percentile_columns("latency_ms", lat1), "latency_n": lat1.n, "latency_noisy": lat1.noisy,
+        **percentile_columns("batch_latency_ms", latn), "batch_latency_n": latn.n, "batch_latency_noisy": latn.noisy,
         "infer_samples_per_s": throughput_samples / throughput.total if throughput.total > 0 else math.nan,
         "infer_repeats": throughput.n, "infer_noisy": throughput.noisy,
     }
+
+
+def accuracy_columns(accuracy: float | None, samples: int) -> Row:
+    """Test accuracy with its 95% Wilson interval over the ``samples`` images it was counted on."""
+    low, high = wilson_interval(accuracy, samples)
+    known = accuracy is not None
+    return {"test_accuracy": accuracy, "test_accuracy_ci_low": low if known else None,
+            "test_accuracy_ci_high": high if known else None}
 
 
 def memory_columns(mem: MemoryReport) -> Row:

@@ -17,7 +17,13 @@ import torch
 from torch import nn
 
 from ..data.loaders import Loaders
-from ..engine.inference import BATCHES_PER_THROUGHPUT_REPEAT, example_batch, measure_latency, measure_throughput
+from ..engine.inference import (
+    BATCHES_PER_THROUGHPUT_REPEAT,
+    LATENCY_TARGET_SAMPLES,
+    example_batch,
+    measure_latency,
+    measure_throughput,
+)
 from ..engine.knobs import compile_report, compile_seconds, precision_context
 from ..engine.setup import build, check_runs, configuration, num_classes, wrap
 from ..engine.step import Trainer, in_memory_format
@@ -42,6 +48,7 @@ from ..roofline.ceilings import Ceilings
 from ..spec.settings import RunConfig, RunSettings
 from .columns import (
     Row,
+    accuracy_columns,
     base_row,
     energy_columns,
     latency_columns,
@@ -150,8 +157,8 @@ def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.d
     batch1 = in_memory_format(example_batch(loaders.test, 1, device), s.knobs)
     batch_n = in_memory_format(example_batch(loaders.test, cfg.batch_size, device), s.knobs)
     warm, repeats = s.infer_warmup_batches, s.latency_repeats
-    lat1 = measure_latency(net, batch1, warmup=warm, repeats=repeats, context=per_call)
-    latn = measure_latency(net, batch_n, warmup=warm, repeats=repeats, context=per_call)
+    lat1, latn = (measure_latency(net, b, warmup=warm, repeats=repeats, context=per_call, budget_s=s.latency_budget_s,
+                                  target=LATENCY_TARGET_SAMPLES) for b in (batch1, batch_n))
     e0 = meter.read()
     times = list(measure_throughput(net, batch_n, warmup=0, repeats=repeats, context=per_call).values)
     while meter.counts_gpu and time.monotonic() - e0.t_s < NVML_MIN_WINDOW_S:
@@ -225,8 +232,9 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         if not s.knobs.trains:
             infer_net, test, quant = _quantized(model, loaders, device, s, test, trained_by)
         sampler.set_phase("latency")
-        say(f"timing inference at batch 1 and {cfg.batch_size}: {s.latency_repeats} repeats each after "
-            f"{s.infer_warmup_batches} warmup batch(es)")
+        say(f"timing inference at batch 1 and {cfg.batch_size}: {s.latency_repeats} repeats each, up to "
+            f"{LATENCY_TARGET_SAMPLES} within {s.latency_budget_s:g} s, after {s.infer_warmup_batches} warmup "
+            "batch(es)")
         lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, loaders, cfg, device, meter)
     finally:
         if sampler.running:
@@ -256,7 +264,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         "test_samples": loaders.test_samples, "world_size": world, "per_rank_batch_size": local_batch,
         "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
         "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
-        "test_accuracy": None if synthetic else test.accuracy,
+        **accuracy_columns(None if synthetic else test.accuracy, test.samples),
         **latency_columns(lat1, latn, thr, infer_samples),
         **memory_columns(mem),
         "params": params, "params_trainable": trainable, **quant,

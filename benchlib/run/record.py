@@ -31,6 +31,7 @@ from ..spec.study import expand_variants, schedule
 from ..spec.variants import Variant, parse_variant
 from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
+from ..store.noise_floor import read_noise_floor
 from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, write_row
 from .columns import Row, roof_columns
 from .faults import maybe_inject
@@ -56,6 +57,8 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
     layout = ResultsLayout.of(results_dir)
     main_rank = os.environ.get("RANK", "0") == "0"
     manifest = collect_manifest()
+    if floors := noise_floor_entry(layout, str(manifest["machine"])):
+        manifest["noise_floor"] = floors
     mid = manifest_id(manifest)
     if main_rank:
         write_manifest(layout, manifest, mid)
@@ -91,6 +94,21 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
         atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
     write_row(layout, row, samples)
     return row
+
+
+def noise_floor_entry(layout: ResultsLayout, machine: str) -> dict[str, Any]:
+    """The manifest's ``noise_floor``: per device type of this machine's floor files in the folder, when it was
+    measured, its runs and ``floor_pct`` per thread count and metric (as ``benchlib calibrate`` computed it)."""
+    entry: dict[str, Any] = {}
+    for path in layout.noise_floor_files():
+        try:
+            floor = read_noise_floor(path)
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue  # an unreadable floor is warned about where it is used
+        if floor.machine == machine:
+            entry[floor.device] = {"measured_utc": floor.measured_utc, "runs": floor.runs,
+                                   "interfered": floor.interfered, "floor_pct": floor.extra.get("floor_pct", {})}
+    return entry
 
 
 def refresh_roofs(results_dir: str | Path, machine: str, device: torch.device, ceilings: Ceilings) -> int:

@@ -40,6 +40,8 @@ GRID_KEYS: dict[str, str] = {
     "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
     "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
+    "calibrate": "true (default) or false: measure this machine's run-to-run noise floor at the start (benchlib "
+                 "calibrate; reused while fresh), so comparisons of one run a side can be judged",
     "interleave": "true (default) or false: run a pair's configurations in rounds (seed, then batch size), every "
                   "variant and swept value of a round back to back, so slow drift spreads over all of them",
     "variants": "list of variant presets (cpu-default, cpu-quantized, gpu-amp, ...) or mappings of knobs",
@@ -110,6 +112,7 @@ class StudyConfig:
     tune: TuneSpec | None = None
     variants: tuple[Variant, ...] = ()
     interleave: bool = True
+    calibrate: bool = True  # the machine's noise floor measured (or a fresh one reused) at the start
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
@@ -244,7 +247,8 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
             check_batch_sizes([tuned], applied, f"{where}: variant '{v.name}'")
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
-                       variants, _flag(raw, "interleave", where, default=True))
+                       variants, _flag(raw, "interleave", where, default=True),
+                       _flag(raw, "calibrate", where, default=True))
 
 
 def read_study_file(path: str | Path) -> Any:

@@ -22,7 +22,7 @@ A results folder (``results/<study>/``)::
 A report folder (``reports/<study>/``) holds the executed notebooks (``runs/``, ``profile/``, ``tune/``),
 their HTML, ``summary``/``sweep`` pages, ``figures/``, each profile's trace beside its page
 (``profile/<hardware>__<model>.trace.json.gz``), a copy of the data the pages were made from (``data/<results
-folder>/``: results.csv, run_rules.json, manifests/, ceilings/) so the folder can be published on its own,
+folder>/``: results.csv, run_rules.json, manifests/, ceilings/, noise_floor/) so the folder can be published on its own,
 and ``report.json`` (title, description, results folders). ``reports/index.html`` links them all, beside
 ``reports/columns.html`` (the data dictionary) and ``reports/measurement.html`` (how benchlib measures).
 

@@ -48,6 +48,7 @@ _BOOLS = frozenset({
 _UNITLESS_NUMBERS = frozenset({
     "lr", "epochs", "threads", "interop_threads", "seed", "num_workers", "num_classes", "data_wait_fraction",
     "final_loss", "train_accuracy", "test_accuracy", "fp32_test_accuracy", "roof_fraction", "infer_roof_fraction",
+    "test_accuracy_ci_low", "test_accuracy_ci_high",
 })
 
 
@@ -138,16 +139,37 @@ EVALUATION = _group(
     ("val_samples_per_s", "samples/s", "evaluation throughput over the test split with its DataLoader"),
     ("val_s", "s", "wall time of the evaluation pass"),
     ("test_accuracy", "", "top-1 accuracy on the test split"),
+    ("test_accuracy_ci_low", "", "lower end of the 95% Wilson score interval of test_accuracy over test_samples "
+                                 "images: how far the figure could move on another test set of that size"),
+    ("test_accuracy_ci_high", "", "upper end of that interval"),
 )
-LATENCY = _group(
-    ("latency_ms_p50", "ms", "inference latency at batch 1, median of the timed repeats"),
-    ("latency_ms_p90", "ms", "inference latency at batch 1, 90th percentile"),
-    ("latency_ms_p99", "ms", "inference latency at batch 1, 99th percentile"),
-    ("latency_n", "repeats", "timed repeats behind the latency percentiles"),
+# A percentile is published only when its distribution-free 95% interval exists (p50 needs 6 samples, p90 29,
+# p99 299) and spans at most this share of its value (instruments.timing.MAX_RELATIVE_WIDTH).
+PERCENTILE_MAX_WIDTH_TEXT = "50%"
+
+
+def _percentiles(prefix: str, where: str) -> tuple[Column, ...]:
+    """Each published percentile of a latency series, its 95% interval and why it is missing when it is."""
+    out: list[tuple[str, str, str]] = []
+    for q, word in ((50, "median"), (90, "90th percentile"), (99, "99th percentile")):
+        name = f"{prefix}_p{q}"
+        out += [
+            (name, "ms", f"inference latency {where}, {word} of the timed repeats; empty when {name}_status is not ok"),
+            (f"{name}_ci_low", "ms", f"lower end of the distribution-free 95% interval of p{q} (an order statistic of "
+                                     "the repeats: the binomial count of repeats below the percentile sets its rank)"),
+            (f"{name}_ci_high", "ms", f"upper end of that interval of p{q}"),
+            (f"{name}_status", "", f"ok, or why p{q} is not published: too few samples (n, and the samples a 95% "
+                                   f"interval needs) or interval too wide (over {PERCENTILE_MAX_WIDTH_TEXT} of the "
+                                   "value)"),
+        ]
+    return _group(*out)
+
+
+LATENCY = _percentiles("latency_ms", "at batch 1") + _group(
+    ("latency_n", "repeats", "timed repeats behind the batch-1 latency percentiles"),
     ("latency_noisy", "", "batch-1 latencies spread too much to trust: IQR/median > 10%"),
-    ("batch_latency_ms_p50", "ms", "latency of one forward pass at the working batch, median"),
-    ("batch_latency_ms_p90", "ms", "latency at the working batch, 90th percentile"),
-    ("batch_latency_ms_p99", "ms", "latency at the working batch, 99th percentile"),
+) + _percentiles("batch_latency_ms", "of one forward pass at the working batch") + _group(
+    ("batch_latency_n", "repeats", "timed repeats behind the working-batch latency percentiles"),
     ("batch_latency_noisy", "", "working-batch latencies spread too much to trust: IQR/median > 10%"),
     ("infer_samples_per_s", "samples/s", "inference throughput at the working batch: samples over the summed time of "
                                          "repeats of back-to-back batches, one synchronize per repeat"),

@@ -1,0 +1,266 @@
+"""The machine's noise floor: measured in fresh processes, kept, reused while fresh, refused on bad input, carried
+into the manifests, the summary and the published data."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as scipy_stats
+
+from benchlib.cli import main
+from benchlib.errors import ConfigError
+from benchlib.pipeline import calibrate, publish
+from benchlib.pipeline import study as study_pipeline
+from benchlib.report import caveats
+from benchlib.run import record as record_module
+from benchlib.spec.settings import RunConfig
+from benchlib.spec.study import parse_study
+from benchlib.store.layout import ReportLayout, ResultsLayout
+from benchlib.store.noise_floor import FLOOR_METRICS, NoiseFloor, read_noise_floor, save_noise_floor
+
+MACHINE = "testbox"
+TINY_CALIBRATION = calibrate.Calibration(
+    model="squeezenet1_1", data="synthetic", batch_size=8, image_size=32, steps=2,
+    settings={"epochs": 1, "warmup_steps": 1, "infer_warmup_batches": 1, "latency_repeats": 3,
+              "synthetic_samples": 64})
+
+
+@pytest.fixture(autouse=True)
+def _machine(monkeypatch):
+    monkeypatch.setenv("BENCHLIB_MACHINE", MACHINE)
+
+
+def _floor(*, machine: str = MACHINE, device: str = "cpu", days_old: float = 0.0, torch_version: str | None = None,
+           interfered: bool = False, runs: int = 3, step: float = 0.1) -> NoiseFloor:
+    when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days_old)
+    steps = tuple(step * (1 + 0.1 * i) for i in range(runs))
+    return NoiseFloor(machine=machine, measured_utc=when.isoformat(timespec="seconds"),
+                      torch=torch.__version__ if torch_version is None else torch_version,
+                      configuration="benchlib run --model resnet18", minutes=1.5, interfered=interfered,
+                      interference="other processes used 50% of the 2 usable CPUs" if interfered else "",
+                      values={1: {"train_step_s": steps, "infer_samples_per_s": tuple(100.0 + i for i in range(runs))},
+                              2: {"train_step_s": tuple(s / 2 for s in steps)}},
+                      extra={"floor_pct": {"1": {"train_step_s": 12.3}}}, device=device)
+
+
+def _expected_pct(values) -> float:
+    """floor_pct of two single runs like ``values``, worked out here: t times the spread of a log ratio."""
+    s = np.std(np.log(values), ddof=1)
+    return (math.exp(scipy_stats.t.ppf(0.975, len(values) - 1) * s * math.sqrt(2)) - 1) * 100
+
+
+# ---------------------------------------------------------------- the record and when it is stale
+
+def test_a_floor_survives_its_file(tmp_path):
+    floor = _floor()
+    path = save_noise_floor(floor, tmp_path)
+    assert path == ResultsLayout.of(tmp_path).noise_floor_path(MACHINE, "cpu")
+    back = read_noise_floor(path)
+    assert back == floor
+    assert back.runs == 3 and back.figures("train_step_s", 3) == floor.values[2]["train_step_s"]
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"machine": "otherbox"}, "machine 'otherbox'"),
+    ({"device": "cuda"}, "measured on cuda, not cpu"),
+    ({"torch_version": "1.0.0"}, "torch 1.0.0"),
+    ({"days_old": 8.0}, "8 days ago"),
+    ({"interfered": True}, "other work ran"),
+    ({"runs": 2}, "three or more"),
+])
+def test_a_floor_is_stale_for_each_reason(change, words):
+    assert calibrate.stale_reason(_floor(), MACHINE, "cpu") is None
+    assert calibrate.stale_reason(_floor(days_old=6.9), MACHINE, "cpu") is None, "under STALE_AFTER_DAYS it is fresh"
+    reason = calibrate.stale_reason(_floor(**change), MACHINE, "cpu")
+    assert reason is not None and words in reason
+
+
+def test_an_unreadable_time_is_stale():
+    floor = dataclasses.replace(_floor(), measured_utc="yesterday")
+    assert "unreadable" in str(calibrate.stale_reason(floor, MACHINE, "cpu"))
+
+
+# ---------------------------------------------------------------- reused or measured
+
+@pytest.fixture
+def measured(monkeypatch):
+    """Each call of the measuring function, which returns a fresh fake floor instead of running anything."""
+    calls: list[tuple[str, int]] = []
+
+    def fake(device, *, runs=5, threads=None, progress=None, calibration=None):
+        calls.append((device, runs))
+        return dataclasses.replace(_floor(step=0.5), extra={"new": True})
+
+    monkeypatch.setattr(calibrate, "measure_noise_floor", fake)
+    return calls
+
+
+def test_no_floor_is_measured_saved_then_reused(tmp_path, measured):
+    folder = tmp_path / "results" / "s"
+    first = calibrate.ensure_noise_floor(folder, "cpu", progress=None, runs=4)
+    assert measured == [("cpu", 4)] and first.extra == {"new": True}
+    assert read_noise_floor(ResultsLayout.of(folder).noise_floor_path(MACHINE, "cpu")).extra == {"new": True}
+    again = calibrate.ensure_noise_floor(folder, "cpu", progress=None)
+    assert measured == [("cpu", 4)], "a fresh floor in the folder is not measured again"
+    assert again.measured_utc == first.measured_utc
+
+
+@pytest.mark.parametrize("stale", [{"days_old": 30.0}, {"interfered": True}, {"torch_version": "0.1"},
+                                   {"machine": "otherbox"}])
+def test_a_stale_floor_in_the_folder_is_measured_again(tmp_path, measured, stale):
+    folder = tmp_path / "results" / "s"
+    old = _floor(**stale)
+    path = ResultsLayout.of(folder).noise_floor_path(MACHINE, "cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old.to_json()))  # under this machine's name, whatever the record says
+    lines: list[str] = []
+    calibrate.ensure_noise_floor(folder, "cpu", progress=lines.append)
+    assert len(measured) == 1 and read_noise_floor(path).extra == {"new": True}
+    assert any("not reused" in line for line in lines)
+
+
+def test_a_fresh_floor_beside_the_folder_is_copied_in(tmp_path, measured):
+    save_noise_floor(_floor(days_old=3.0, step=0.2), tmp_path / "results" / "older")
+    save_noise_floor(_floor(days_old=1.0, step=0.3), tmp_path / "results" / "newer")
+    save_noise_floor(_floor(torch_version="0.1", step=0.4), tmp_path / "results" / "foreign")
+    folder = tmp_path / "results" / "s"
+    got = calibrate.ensure_noise_floor(folder, "cpu", progress=None)
+    assert measured == [], "a fresh sibling floor is reused"
+    assert got.values[1]["train_step_s"][0] == pytest.approx(0.3), "the newest fresh sibling"
+    assert read_noise_floor(ResultsLayout.of(folder).noise_floor_path(MACHINE, "cpu")) == got
+
+
+def test_a_stale_floor_beside_the_folder_is_not_reused(tmp_path, measured):
+    save_noise_floor(_floor(days_old=10.0), tmp_path / "results" / "old")
+    calibrate.ensure_noise_floor(tmp_path / "results" / "s", "cpu", progress=None)
+    assert len(measured) == 1
+
+
+def test_a_study_calibrates_once_per_device_type_and_goes_on_when_it_fails(tmp_path, monkeypatch):
+    calls: list[str] = []
+
+    def fake(results_dir, device, *, progress=None, runs=5):
+        calls.append(device)
+        raise calibrate.CalibrationFailed("calibration run 1/10 (1 thread) failed (boom)")
+
+    monkeypatch.setattr(study_pipeline, "ensure_noise_floor", fake)
+    study_pipeline.calibrate(tmp_path, ["cpu", "cpu"])
+    assert calls == ["cpu"]
+
+
+def test_the_study_file_key():
+    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8]}
+    assert parse_study(base, "x").calibrate is True, "on by default"
+    assert parse_study({**base, "calibrate": False}, "x").calibrate is False
+    with pytest.raises(ConfigError, match="key 'calibrate' is 'yes'; allowed: true or false"):
+        parse_study({**base, "calibrate": "yes"}, "x")
+
+
+# ---------------------------------------------------------------- the command
+
+@pytest.mark.parametrize("argv,words", [
+    (["--runs", "2"], "--runs 2; allowed: integers >= 3"),
+    (["--threads", "0"], "--threads 0; allowed: 1.."),
+    (["--threads", "1", "100000"], "--threads 100000; allowed: 1.."),
+    (["--device", "cuda:99"], "--device: hardware 'cuda:99' is not present"),
+    (["--device", "tpu"], "--device: unknown hardware 'tpu'"),
+])
+def test_bad_input_is_refused_in_one_line_before_any_run(tmp_path, capsys, measured, argv, words):
+    assert main(["calibrate", "--results-dir", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("benchlib: error: command line: ") and words in err, err
+    assert measured == [] and not (tmp_path / "noise_floor").exists()
+
+
+def test_the_command_prints_the_floor_per_thread_count_and_metric(tmp_path, capsys, measured):
+    assert main(["calibrate", "--results-dir", str(tmp_path), "--runs", "3", "--threads", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    pct = caveats.pct_text(_expected_pct(_floor(step=0.5).values[1]["train_step_s"]))
+    assert f"training step: differences under {pct} are within this machine's run-to-run noise" in out
+    assert "threads 1:" in out and "threads 2:" in out and "1.5 min" in out
+    assert "500 ms, 550 ms, 600 ms" in out, "the runs' figures"
+    assert (tmp_path / "noise_floor" / f"{MACHINE}__cpu.json").is_file()
+    assert main(["calibrate", "--results-dir", str(tmp_path), "--runs", "3", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["machine"] == MACHINE and record["values"]["1"]["train_step_s"][0] == pytest.approx(0.5)
+
+
+def test_a_real_calibration_in_fresh_processes(tmp_path):
+    lines: list[str] = []
+    floor = calibrate.measure_noise_floor("cpu", runs=3, threads=[1], progress=lines.append,
+                                          calibration=TINY_CALIBRATION)
+    assert floor.machine == MACHINE and floor.device == "cpu" and floor.torch == torch.__version__
+    assert set(floor.values) == {1} and floor.runs == 3
+    assert set(floor.values[1]) == set(FLOOR_METRICS)
+    steps = floor.values[1]["train_step_s"]
+    assert all(0 < s < 30 for s in steps) and len(set(steps)) == 3, "three processes, three different medians"
+    assert 0 < floor.minutes < 10
+    assert "--model squeezenet1_1" in floor.configuration and "--threads" not in floor.configuration
+    assert abs(dt.datetime.fromisoformat(floor.measured_utc) - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(
+        minutes=10)
+    assert floor.interfered == bool(floor.interference)
+    pct = floor.extra["floor_pct"]["1"]["train_step_s"]
+    assert pct == pytest.approx(_expected_pct(steps), abs=0.06)
+    assert sum("noise floor run" in line for line in lines) == 3
+
+
+def test_a_failed_run_is_one_line_naming_it():
+    bad = dataclasses.replace(TINY_CALIBRATION, settings={**TINY_CALIBRATION.settings, "latency_repeats": 1})
+    with pytest.raises(calibrate.CalibrationFailed) as exc:
+        calibrate.measure_noise_floor("cpu", runs=3, threads=[1], progress=None, calibration=bad)
+    message = str(exc.value)
+    assert "\n" not in message and "calibration run 1/3 (1 thread) failed" in message
+    assert "latency_repeats" in message and exc.value.exit_code == 1
+
+
+# ---------------------------------------------------------------- where the floor shows
+
+def test_the_manifest_carries_this_machines_floor(tmp_path, monkeypatch, tiny_settings):
+    mine = _floor()
+    save_noise_floor(mine, tmp_path)
+    save_noise_floor(_floor(machine="otherbox", step=9.0), tmp_path)
+    monkeypatch.setattr(record_module, "ensure_ceilings", lambda *a, **k: None)  # no roof needed here
+
+    def nothing_measured(*a, **k):  # the manifest is written before the measurement, which is not the point here
+        raise RuntimeError("not measured in this test")
+
+    monkeypatch.setattr(record_module, "measure", nothing_measured)
+    row = record_module.record(RunConfig("t", "cpu", "squeezenet1_1", 8, tiny_settings), tmp_path, progress=None)
+    assert row["status"] == "failed"
+    manifest = json.loads(ResultsLayout.of(tmp_path).manifest_path(row["manifest_id"]).read_text())
+    assert manifest["noise_floor"] == {"cpu": {"measured_utc": mine.measured_utc, "runs": 3, "interfered": False,
+                                               "floor_pct": {"1": {"train_step_s": 12.3}}}}
+    assert record_module.noise_floor_entry(ResultsLayout.of(tmp_path / "none"), MACHINE) == {}
+
+
+def test_the_summary_table_and_sentence_of_a_floor():
+    floor = _floor()
+    table = caveats.noise_floor_table([floor])
+    assert list(table.columns) == ["machine", "device", "threads", "metric", "floor %", "runs", "the runs' figures",
+                                   "measured"]
+    assert len(table) == 3, "two metrics at 1 thread, one at 2"
+    step = table[(table["threads"] == 1) & (table["metric"] == "training step")].iloc[0]
+    assert step["floor %"] == caveats.pct_text(_expected_pct(floor.values[1]["train_step_s"]))
+    assert step["runs"] == 3 and step["the runs' figures"] == "100 ms, 110 ms, 120 ms"
+    said = caveats.noise_floor_sentences([floor], [MACHINE, "otherbox"])
+    two = caveats.pct_text(_expected_pct(floor.values[2]["train_step_s"]))
+    assert said[0].startswith(f"On {MACHINE} (cpu), differences under {step['floor %']} at 1 thread and {two} at 2 "
+                              "threads between single runs")
+    assert "are within this machine's run-to-run noise and are not claimed" in said[0]
+    assert said[1] == ("No noise floor was measured on otherbox: single-run comparisons are inconclusive; run "
+                       "`benchlib calibrate`.")
+    assert "wider than the machine's quiet floor" in caveats.noise_floor_sentences([_floor(interfered=True)])[0]
+
+
+def test_the_published_data_holds_the_floor(tmp_path):
+    results = tmp_path / "results" / "s"
+    save_noise_floor(_floor(), results)
+    report = ReportLayout(tmp_path / "reports" / "s")
+    copy = publish.copy_data([results], report)[0]
+    assert read_noise_floor(copy / "noise_floor" / f"{MACHINE}__cpu.json") == read_noise_floor(
+        ResultsLayout.of(results).noise_floor_path(MACHINE, "cpu"))
