@@ -26,7 +26,8 @@ def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
 
 PAIR_PARAMETERS = {"study", "hardware", "model", "results_dir", "figures_dir"}
 NOTEBOOK_PARAMETERS = {
-    "benchmark.ipynb": PAIR_PARAMETERS | {"batch_sizes", "sweep", "repeats", "resume", "variants", "interleave"},
+    "benchmark.ipynb": PAIR_PARAMETERS | {"batch_sizes", "sweep", "repeats", "only_round", "resume", "variants",
+                                          "interleave"},
     "profile.ipynb": PAIR_PARAMETERS | {"batch_size", "profile_wait", "profile_warmup", "profile_active"},
     "tune.ipynb": PAIR_PARAMETERS | {"batch_sizes", "n_trials", "objective", "pruning", "epochs_per_trial", "tune_seed",
                                      "search_space"},

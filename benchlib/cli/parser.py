@@ -39,6 +39,9 @@ def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
     if fresh:
         p.add_argument("--fresh", action="store_true",
                        help="start over: move the study's old results and reports aside (nothing is deleted)")
+        p.add_argument("--repeats", metavar="N|auto",
+                       help="rounds of seeds, each in fresh processes (overrides the file's repeats): N, or auto "
+                       "(rounds until every figure and ratio is within ±3%%, at most 10 runs or 10 minutes)")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:

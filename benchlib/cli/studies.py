@@ -2,18 +2,29 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..spec.study import StudyConfig, parse_repeats
 
 EXIT_FAILURES = 1
+
+
+def with_repeats(cfg: StudyConfig, repeats: str | None) -> StudyConfig:
+    """The study with ``--repeats N|auto`` in place of its file's repeats (unchanged without the flag)."""
+    if repeats is None:
+        return cfg
+    value: object = int(repeats) if repeats.strip().lstrip("-").isdigit() else repeats.strip()
+    rounds, auto = parse_repeats(value, "command line: --repeats")
+    return dataclasses.replace(cfg, repeats=rounds, auto_repeats=auto)
 
 
 def cmd_study(args: argparse.Namespace) -> int:
     from ..pipeline.study import run_study
     from ..run.preflight import load_study
 
-    cfg = load_study(args.params)
+    cfg = with_repeats(load_study(args.params), getattr(args, "repeats", None))
     if args.cell_timeout < 1:
         raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
     pair = getattr(args, "pair", None)

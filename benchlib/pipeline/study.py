@@ -37,6 +37,7 @@ from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
 from . import progress, publish
 from .calibrate import ensure_noise_floor
+from .rounds import RoundKeeper
 
 # torch's C++ log warns in every profile that memory allocated before profiling is not followed: its page
 # says what that means for the memory columns instead.
@@ -84,7 +85,7 @@ def move_aside(paths: StudyPaths, keep: tuple[Path, ...] = ()) -> list[Path]:
     return moved
 
 
-GRID_ONLY = ("sweep", "repeats", "resume", "variants", "interleave")  # the benchmark notebook's alone
+GRID_ONLY = ("sweep", "repeats", "only_round", "resume", "variants", "interleave")  # the benchmark notebook's alone
 
 
 def pair_params(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths) -> dict[str, Any]:
@@ -143,33 +144,26 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
         ensure_ceilings(paths.results.root, hardware)
     if cfg.calibrate:
         calibrate(paths.results.root, [h for h, _ in pairs])
-    run = skipped = failed = 0
     t_study = time.perf_counter()
-    for i, (hardware, model) in enumerate(pairs, 1):
-        configs = cfg.configs(hardware, model)
-        set_aside_stale_rows(paths.results.root, configs, machine, _log)
-        todo = [c for c in configs if complete_row(paths.results, machine, c.run_id) is None]
-        if not todo:
-            _log(f"pair {i}/{len(pairs)}: {hardware} / {model}: all {len(configs)} configuration(s) have rows measured "
-                 "with these settings: skipped")
-            skipped += 1
-            continue
-        _log(f"pair {i}/{len(pairs)}: {hardware} / {model}: {len(todo)} of {len(configs)} configuration(s) to run")
-        out = paths.reports.runs_dir / pair_notebook_name(hardware, model)
-        t0 = time.perf_counter()
-        run += 1
-        try:
-            execute(bench, out, pair_params(cfg, hardware, model, paths), cwd=cwd, cell_timeout_s=cell_timeout_s,
-                    label=f"pair {i}/{len(pairs)} ({hardware} / {model})")
-        except PAIR_FAILURES as exc:
-            if getattr(exc, "ename", "") == "DiskFull":  # the kernel ran out of disk: stop, say how to resume
-                raise DiskFull(str(getattr(exc, "evalue", exc))) from exc
-            failed += 1
-            n = record_pair_failure(configs, paths.results.root, exc, machine)
-            _log(f"pair {hardware} / {model} failed ({type(exc).__name__}); {n} failure row(s) written; going on")
-        if out.exists():
-            publish.render_html(out, publish.pair_title("measurements", hardware, model, cfg.study), paths.reports)
-        _log(f"pair {i}/{len(pairs)} done in {time.perf_counter() - t0:.0f} s")
+    for hardware, model in pairs:
+        set_aside_stale_rows(paths.results.root, cfg.configs(hardware, model), machine, _log)
+    keeper = RoundKeeper(cfg.auto_repeats, cfg.repeats)
+    run = skipped = failed = 0
+    while keeper.another(paths.results, cfg.study, machine):
+        r = keeper.done
+        if cfg.repeats > 1:
+            _log(f"round {r + 1}/{cfg.repeats if cfg.auto_repeats is None else f'at most {cfg.repeats}'} (seed "
+                 f"{cfg.settings.seed + r}, fresh processes)" + (f"; {keeper.precision.worst_pct:.1f}% so far"
+                                                                  if keeper.precision is not None else ""))
+        for i, (hardware, model) in enumerate(pairs, 1):
+            outcome = _run_pair_round(cfg, hardware, model, paths, bench, cwd=cwd, cell_timeout_s=cell_timeout_s,
+                                      label=f"pair {i}/{len(pairs)}", only_round=r if cfg.repeats > 1 else None)
+            run += outcome == "run"
+            skipped += outcome == "skipped"
+            failed += outcome == "failed"
+        keeper.done += 1
+    if keeper.auto is not None:
+        _log(f"repeats: auto stopped after {keeper.done} round(s): {keeper.stopped}")
     for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
         _log(f"ceilings of {hardware} once more at the end of the study (a roof is a maximum: the higher is kept)")
         now, before = remeasure_ceilings(paths.results.root, hardware)
@@ -187,7 +181,7 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
     atomic_write_text(paths.results.run_rules_path, json.dumps(  # before the summary, which shows them
         {"study": cfg.study, "params": cfg.source, "description": cfg.description, "interleave": cfg.interleave,
-         **rules}, indent=1, default=str))
+         **rules, "rounds": keeper.record()}, indent=1, default=str))
     if summary:
         summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
                   cell_timeout_s=cell_timeout_s, description=cfg.description)
@@ -211,6 +205,37 @@ def calibrate(results_dir: Path, hardware: list[str]) -> None:
             ensure_noise_floor(results_dir, name, progress=_log)
         except CalibrationFailed as exc:
             _log(f"noise floor of {kind} not measured: {exc}; single-run comparisons stay inconclusive; going on")
+
+
+def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, bench: Path, *, cwd: Path,
+                    cell_timeout_s: int | None, label: str, only_round: int | None) -> str:
+    """One pair's configurations of one round (all of them without repeats) in a fresh kernel: "run",
+    "skipped" (every row complete) or "failed" (failure rows written for what has no row)."""
+    machine = machine_name()
+    configs = [c for c in cfg.configs(hardware, model)
+               if only_round is None or c.settings.seed == cfg.settings.seed + only_round]
+    todo = [c for c in configs if complete_row(paths.results, machine, c.run_id) is None]
+    if not todo:
+        _log(f"{label}: {hardware} / {model}: all {len(configs)} configuration(s) have rows measured with these "
+             "settings: skipped")
+        return "skipped"
+    _log(f"{label}: {hardware} / {model}: {len(todo)} of {len(configs)} configuration(s) to run")
+    out = paths.reports.runs_dir / pair_notebook_name(hardware, model)
+    t0 = time.perf_counter()
+    params = {**pair_params(cfg, hardware, model, paths), "only_round": -1 if only_round is None else only_round}
+    outcome = "run"
+    try:
+        execute(bench, out, params, cwd=cwd, cell_timeout_s=cell_timeout_s, label=f"{label} ({hardware} / {model})")
+    except PAIR_FAILURES as exc:
+        if getattr(exc, "ename", "") == "DiskFull":  # the kernel ran out of disk: stop, say how to resume
+            raise DiskFull(str(getattr(exc, "evalue", exc))) from exc
+        outcome = "failed"
+        n = record_pair_failure(configs, paths.results.root, exc, machine)
+        _log(f"pair {hardware} / {model} failed ({type(exc).__name__}); {n} failure row(s) written; going on")
+    if out.exists():
+        publish.render_html(out, publish.pair_title("measurements", hardware, model, cfg.study), paths.reports)
+    _log(f"{label} done in {time.perf_counter() - t0:.0f} s")
+    return outcome
 
 
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,

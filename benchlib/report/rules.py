@@ -60,7 +60,8 @@ def run_rules(rows: pd.DataFrame, superseded: int = 0) -> dict[str, Any]:
     return out
 
 
-def as_markdown(rules: dict[str, Any], interleave: dict[str, bool] | None = None) -> str:
+def as_markdown(rules: dict[str, Any], interleave: dict[str, bool] | None = None,
+                rounds: dict[str, dict[str, Any]] | None = None) -> str:
     """The rules as a few readable lines per study."""
     lines = []
     for study, r in rules["studies"].items():
@@ -74,6 +75,8 @@ def as_markdown(rules: dict[str, Any], interleave: dict[str, bool] | None = None
         lines.append(f"- **{study}**: {r['configurations']} configuration(s) x {reps} repeat(s) (seeds "
                      f"{', '.join(map(str, r['seeds']))}): {r['rows']} run(s), {counts}; {r['noisy_rows']} "
                      f"noisy, {r['interfered_rows']} interfered.{order} Rules: {timing}.")
+        if rounds and study in rounds:
+            lines.append(f"  - {rounds_text(rounds[study])}")
         for miss in r["not_counted"]:
             lines.append(f"  - not counted: `{miss['run_id']}`: {miss['status']}: {miss['error'] or ''}")
     if rules["superseded_rows"]:
@@ -82,15 +85,37 @@ def as_markdown(rules: dict[str, Any], interleave: dict[str, bool] | None = None
     return "\n".join(lines) or "*No runs.*"
 
 
-def read_interleave(results_dirs: Iterable[str | Path]) -> dict[str, bool]:
-    """The ``interleave`` each study ran with, from the ``run_rules.json`` benchlib study wrote."""
-    out: dict[str, bool] = {}
+def _recorded(results_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """The ``run_rules.json`` benchlib study wrote in each folder (unreadable ones left out)."""
+    out = []
     for d in results_dirs:
-        path = ResultsLayout.of(d).run_rules_path
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(ResultsLayout.of(d).run_rules_path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("study"), str) and isinstance(data.get("interleave"), bool):
-            out[data["study"]] = data["interleave"]
+        if isinstance(data, dict) and isinstance(data.get("study"), str):
+            out.append(data)
     return out
+
+
+def read_interleave(results_dirs: Iterable[str | Path]) -> dict[str, bool]:
+    """The ``interleave`` each study ran with, from the ``run_rules.json`` benchlib study wrote."""
+    return {d["study"]: d["interleave"] for d in _recorded(results_dirs) if isinstance(d.get("interleave"), bool)}
+
+
+def read_rounds(results_dirs: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
+    """How many rounds (fresh processes) each study ran and, under ``repeats: auto``, why it stopped."""
+    return {d["study"]: d["rounds"] for d in _recorded(results_dirs) if isinstance(d.get("rounds"), dict)}
+
+
+def rounds_text(rounds: dict[str, Any]) -> str:
+    """``repeats: auto ran 4 round(s) (each in fresh processes): ...; least precise ... ±6.1%``."""
+    n = rounds.get("rounds_run")
+    if rounds.get("mode") != "auto":
+        return f"{n} round(s) of seeds, each in fresh processes (one kernel per pair)."
+    pct = rounds.get("precision_pct")
+    reached = (f"; the least precise figure, `{rounds.get('least_precise')}`, is known within ±{pct:g}% (95%)"
+               if isinstance(pct, (int, float)) else "; too few runs for an interval")
+    return (f"repeats: auto (target ±{rounds.get('until_pct')}%, at most {rounds.get('max_runs')} runs or "
+            f"{rounds.get('max_minutes')} min) ran {n} round(s), each in fresh processes, and stopped because "
+            f"{rounds.get('stopped')}{reached}.")

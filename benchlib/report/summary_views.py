@@ -101,7 +101,8 @@ def how_it_was_run(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     display(show.table(headline.settings_table(df), text=True))
     show.collapsed_table("Every other setting", headline.settings_table(df, main=False), text=True)
     rules = report_rules.run_rules(df, report_rules.superseded_rows(dirs))
-    display(Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs))))
+    display(Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs),
+                                              report_rules.read_rounds(dirs))))
     noise_floor(df, dirs)
 
 

@@ -183,7 +183,8 @@ def pair_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[in
 def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
              results_dir: str | Path, *, sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
              resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = (),
-             interleave: bool = True, progress: ProgressFn | None = say) -> list[Row]:
+             interleave: bool = True, only_round: int | None = None,
+             progress: ProgressFn | None = say) -> list[Row]:
     """Measure every configuration of one hardware/model pair, recording each row as it finishes.
 
     ``progress`` gets a line per configuration, phase and epoch (a notebook passes ``print``, so its page
@@ -193,6 +194,10 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     returned as it was), so a killed study loses at most the configuration that was running.
     Each training variant trains once: the inference-only variants (quantized) run after it and
     evaluate the weights it saved.
+
+    ``only_round``: measure only round ``r`` of the repeats (seed ``settings.seed + r``): a study runs each
+    round in a fresh process, since the process, not the step or the seed, is the unit of a comparison.
+    The rows other rounds already recorded are returned too.
     """
     layout = ResultsLayout.of(results_dir)
     machine = machine_name()
@@ -204,6 +209,10 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     for i, cfg in enumerate(configs, 1):
         done = complete_row(layout, machine, cfg.run_id) if resume else None
         tell = progress or (lambda _msg: None)
+        if only_round is not None and cfg.settings.seed != settings.seed + only_round:
+            if done is not None:
+                rows.append(done)
+            continue
         if done is not None:
             tell(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}: row exists, skipped")
             rows.append(done)

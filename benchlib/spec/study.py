@@ -38,7 +38,9 @@ GRID_KEYS: dict[str, str] = {
     "models": f"list of: {', '.join(MODELS)}",
     "batch_sizes": "list of integers >= 1, or {from: A, to: B} for the doubling range A, 2A, ... <= B",
     "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
-    "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...)",
+    "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...), each round of seeds "
+               "in a fresh process; or auto (or {until_pct: 3, max_runs: 10, max_minutes: 10}): add rounds until "
+               "every figure and ratio is known within ±until_pct% or a budget is spent",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
     "calibrate": "true (default) or false: measure this machine's run-to-run noise floor at the start (benchlib "
                  "calibrate; reused while fresh), so comparisons of one run a side can be judged",
@@ -96,6 +98,58 @@ def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence
 
 
 @dataclass(frozen=True)
+class AutoRepeats:
+    """``repeats: auto``: rounds (each in a fresh process) are added until every configuration's figure and
+    every ratio of a pair is known within ±``until_pct``%, or ``max_runs`` rounds or ``max_minutes`` are spent."""
+
+    until_pct: float = 3.0
+    max_runs: int = 10
+    max_minutes: float = 10.0
+
+    def describe(self) -> str:
+        return f"auto (until ±{self.until_pct:g}%, at most {self.max_runs} runs or {self.max_minutes:g} min)"
+
+
+AUTO_KEYS = {"until_pct": "the target half-width of the 95% interval, % (> 0)",
+             "max_runs": f"rounds at most (2..{MAX_REPEATS})", "max_minutes": "minutes at most (> 0)"}
+
+
+def parse_repeats(value: Any, where: str) -> tuple[int, AutoRepeats | None]:
+    """(rounds, auto) from a study's ``repeats`` (or ``--repeats``): an integer, ``auto`` or a mapping of
+    ``AUTO_KEYS``; one line naming what is allowed otherwise."""
+    allowed = (f"an integer from 1 to {MAX_REPEATS}, 'auto', or a mapping of {', '.join(AUTO_KEYS)} "
+               "(e.g. {until_pct: 3, max_runs: 10, max_minutes: 10})")
+    if value == "auto":
+        value = {}
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(AUTO_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: key 'repeats' has {', '.join(map(str, unknown))}; allowed: {allowed}")
+        def number(key: str, ok: bool) -> float:
+            v = value[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not ok:
+                raise ConfigError(f"{where}: key 'repeats.{key}' is {v!r}; allowed: {AUTO_KEYS[key]}")
+            return float(v)
+
+        def good(key: str, low: float, high: float, integer: bool = False) -> bool:
+            v = value.get(key)
+            return (isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
+                    and (not integer or isinstance(v, int)))
+
+        d = AutoRepeats()
+        auto = AutoRepeats(
+            until_pct=number("until_pct", good("until_pct", 1e-9, 99.999)) if "until_pct" in value else d.until_pct,
+            max_runs=int(number("max_runs", good("max_runs", 2, MAX_REPEATS, True))) if "max_runs" in value
+            else d.max_runs,
+            max_minutes=number("max_minutes", good("max_minutes", 1e-9, 24 * 60)) if "max_minutes" in value
+            else d.max_minutes)
+        return auto.max_runs, auto
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEATS:
+        raise ConfigError(f"{where}: key 'repeats' is {value!r}; allowed: {allowed}")
+    return value, None
+
+
+@dataclass(frozen=True)
 class StudyConfig:
     """A grid of hardware x model x batch size sharing one set of run settings."""
 
@@ -113,6 +167,7 @@ class StudyConfig:
     variants: tuple[Variant, ...] = ()
     interleave: bool = True
     calibrate: bool = True  # the machine's noise floor measured (or a fresh one reused) at the start
+    auto_repeats: AutoRepeats | None = None  # repeats: auto (then ``repeats`` is its max_runs)
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
@@ -231,9 +286,7 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
                                      allowed_keys=ALLOWED_KEYS)
     check_batch_sizes(batch_sizes, settings, where)
     sweep = _sweep(raw.get("sweep", {}), settings, where)
-    repeats = raw.get("repeats", 1)
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_REPEATS:
-        raise ConfigError(f"{where}: key 'repeats' is {repeats!r}; allowed: an integer from 1 to {MAX_REPEATS}")
+    repeats, auto = parse_repeats(raw.get("repeats", 1), where)
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ConfigError(f"{where}: key 'description' is {type(description).__name__}; allowed: a string")
@@ -248,7 +301,7 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
                        variants, _flag(raw, "interleave", where, default=True),
-                       _flag(raw, "calibrate", where, default=True))
+                       _flag(raw, "calibrate", where, default=True), auto)
 
 
 def read_study_file(path: str | Path) -> Any:
