@@ -77,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=10, help="pairs at each size")
     parser.add_argument("--runs", type=int, default=3, help="runs a side of the larger size (the smaller is 1)")
+    parser.add_argument("--pairs-multi", type=int, help="pairs at the larger size (default: --pairs)")
     parser.add_argument("--calibration-runs", type=int, default=5)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -84,7 +85,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1, help="threads of the identical pair")
     parser.add_argument("--threads-b", type=int, default=2, help="threads of the folder that must differ")
-    parser.add_argument("--extra", nargs="*", default=[], help="more arguments for benchlib run (e.g. --set ...)")
+    parser.add_argument("--extra", nargs="*", default=["--set", "latency_repeats=20", "--set", "latency_budget_s=0"],
+                        help="more arguments for benchlib run (default: 20 latency repeats, no budget, to keep runs "
+                        "short; p99 is then not published, p50 is)")
     parser.add_argument("--json", help="also write every pair's figures to this file")
     args = parser.parse_args()
 
@@ -98,10 +101,11 @@ def main() -> None:
         benchlib("roofline", "--device", "cpu", "--results-dir", str(work / "calibration"), "--json")
         pairs = []
         for runs in (1, args.runs):
-            for index in range(args.pairs):
+            count = args.pairs if runs == 1 else (args.pairs_multi or args.pairs)
+            for index in range(count):
                 found = one_pair(work, work / "calibration", args, runs, index)
                 pairs.append(found)
-                print(f"[{runs} run(s) a side, pair {index + 1}/{args.pairs}] identical: "
+                print(f"[{runs} run(s) a side, pair {index + 1}/{count}] identical: "
                       f"{len(found['alarms'])}/{found['comparisons']} claimed {found['alarms'] or ''}; levels "
                       f"{', '.join(found['levels'])}; 1 vs {args.threads_b} threads: {found['threads_ratio']:.2f}x "
                       f"{found['threads_verdict']} ({found['threads_level']}) "

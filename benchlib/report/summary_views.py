@@ -293,7 +293,7 @@ COMPLEXITY_SHOWN = ["model", "batch_size", "params", "macs_per_sample", "flops_p
 
 def _scaling_shown(table: pd.DataFrame) -> pd.DataFrame:
     """A scaling table as read: the ratio with its interval and verdict in one column, not four."""
-    shown = table.drop(columns=["speedup", "ci_low", "ci_high", "verdict"], errors="ignore")
+    shown = table.drop(columns=["speedup", "ci_low", "ci_high", "verdict", "level", "note"], errors="ignore")
     return _drop_empty(shown.rename(columns={"speedup_text": "speedup [95% interval]"}))
 
 
