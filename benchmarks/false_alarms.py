@@ -101,7 +101,7 @@ def main() -> None:
         benchlib("roofline", "--device", "cpu", "--results-dir", str(work / "calibration"), "--json")
         pairs = []
         for runs in (1, args.runs):
-            count = args.pairs if runs == 1 else (args.pairs_multi or args.pairs)
+            count = args.pairs if runs == 1 or args.pairs_multi is None else args.pairs_multi
             for index in range(count):
                 found = one_pair(work, work / "calibration", args, runs, index)
                 pairs.append(found)
@@ -113,6 +113,8 @@ def main() -> None:
     summary = {}
     for runs in (1, args.runs):
         mine = [p for p in pairs if p["runs_a_side"] == runs]
+        if not mine:
+            continue
         comparisons = sum(p["comparisons"] for p in mine)
         alarms = sum(len(p["alarms"]) for p in mine)
         summary[f"{runs}_run"] = {

@@ -51,7 +51,7 @@ def _floor(*, machine: str = MACHINE, device: str = "cpu", days_old: float = 0.0
 def _expected_pct(values) -> float:
     """floor_pct of two single runs like ``values``, worked out here: t times the spread of a log ratio."""
     s = np.std(np.log(values), ddof=1)
-    return (math.exp(scipy_stats.t.ppf(0.975, len(values) - 1) * s * math.sqrt(2)) - 1) * 100
+    return (math.exp(scipy_stats.t.ppf(0.995, len(values) - 1) * s * math.sqrt(2)) - 1) * 100
 
 
 # ---------------------------------------------------------------- the record and when it is stale

@@ -115,7 +115,7 @@ def noise_floor(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     display(Markdown(" ".join(caveats.noise_floor_sentences(floors, machines))))
     if floors:
         display(Markdown("One small configuration run in several fresh processes per thread count: `floor %` is how "
-                         "far two single runs of identical settings may land apart by noise alone (95% prediction "
+                         "far two single runs of identical settings may land apart by noise alone (99% prediction "
                          "bound of their ratio)."))
         display(show.table(caveats.noise_floor_table(floors), text=True))
 

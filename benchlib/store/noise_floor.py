@@ -3,7 +3,7 @@
 Steps of one process share its allocator, thread placement, CPU frequency and neighbours, so the spread
 that decides whether two single runs differ is the one between processes. ``benchlib calibrate`` runs one
 small configuration in several fresh processes and keeps each run's figures here; from them follows, per
-metric, how far apart two single runs of identical settings may land on this machine (the 95% prediction
+metric, how far apart two single runs of identical settings may land on this machine (the 99% prediction
 bound of their ratio, ``report.stats.floor_pct``). A comparison of one run a side claims a difference only
 beyond it. One file per machine and device type, beside the ceilings: ``noise_floor/<machine>__<device>.json``.
 """
