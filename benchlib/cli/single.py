@@ -218,15 +218,21 @@ def cmd_flops(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_roofline(args: argparse.Namespace) -> int:
+def _device_argument(value: str) -> str:
+    """``--device`` resolved to a present device, or the one line saying why not."""
     from ..env.devices import resolve_hardware
+
+    try:
+        return resolve_hardware(value)
+    except BenchlibError as exc:
+        raise ConfigError(f"command line: --device: {exc}") from exc
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
     from ..roofline.cache import save_ceilings
     from ..roofline.ceilings import measure_ceilings
 
-    try:
-        device = resolve_hardware(args.device)
-    except BenchlibError as exc:
-        raise ConfigError(f"command line: --device: {exc}") from exc
+    device = _device_argument(args.device)
     if args.repeats < 3:
         raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
     print(f"[benchlib] measuring {device} ceilings ({args.repeats} repeats per figure)", file=sys.stderr, flush=True)
@@ -245,17 +251,13 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """The noise floor measured in fresh processes, saved, and per thread count and metric what it lets a
     comparison of single runs claim."""
-    from ..env.devices import resolve_hardware
     from ..env.threads import usable_cpus
     from ..pipeline.calibrate import measure_noise_floor, thread_counts
     from ..report import caveats
     from ..report.stats import floor_pct
     from ..store.noise_floor import save_noise_floor
 
-    try:
-        device = resolve_hardware(args.device)
-    except BenchlibError as exc:
-        raise ConfigError(f"command line: --device: {exc}") from exc
+    device = _device_argument(args.device)
     if args.runs < 3:
         raise ConfigError(f"command line: --runs {args.runs}; allowed: integers >= 3 (a spread needs three runs)")
     most = 2 * usable_cpus()
