@@ -230,7 +230,7 @@ def fresh(tmp_path_factory):
     root = tmp_path_factory.mktemp("fresh")
     for name, threads in (("a", 1), ("b", 1), ("t2", 2)):
         _fresh_run(root / name, threads)
-    base = np.exp(np.array([-1.2, -0.5, 0.0, 0.5, 1.2]) * 0.085)
+    base = np.exp(np.array([-1.2, -0.5, 0.0, 0.5, 1.2]) * 0.045)
     floor = NoiseFloor(machine=machine_name(), measured_utc="2026-11-25T00:00:00Z", torch="", configuration="test",
                        values={1: {"train_step_s": tuple(0.15 * base), "infer_samples_per_s": tuple(900 * base)},
                                2: {"train_step_s": tuple(0.09 * base ** 1.5),

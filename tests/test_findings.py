@@ -239,7 +239,7 @@ class FloorReader(Reader):
     def floors(self, folder):
         from benchlib.store.noise_floor import NoiseFloor
 
-        runs = tuple(np.exp(np.array([-1.2, -0.5, 0.0, 0.5, 1.2]) * 0.085))
+        runs = tuple(np.exp(np.array([-1.2, -0.5, 0.0, 0.5, 1.2]) * 0.045))
         return [NoiseFloor(machine="m", measured_utc="2026-11-25", torch="", configuration="",
                            values={1: {"train_step_s": runs}, 2: {"train_step_s": runs}}, minutes=0.0)]
 
