@@ -39,6 +39,9 @@ class Reader:
     def __call__(self, row) -> pd.DataFrame:
         return self.frames.get(str(row["run_id"]), pd.DataFrame(columns=["series", "value"]))
 
+    def floors(self, folder):  # no noise floor measured
+        return []
+
 
 def _frame(rows: list[dict], steps: dict[str, float], latency_s: dict[str, float] | None = None):
     df = pd.DataFrame(rows)
@@ -257,3 +260,16 @@ def test_rows_of_different_processes_are_claimed_only_beyond_the_floor():
     df_close, _ = _frame(rows, {"t1": 0.10, "t2": 0.09})
     (line,) = findings.scaling(df_close, close)
     assert "are not told apart" in line and "(floor)" in line and "repeat each side 5 times" in line
+
+
+def test_accuracy_says_whether_it_is_one_training_or_seeds():
+    one = pd.DataFrame([_row("cpu__resnet18__bs64__default__fp32__abc__seed0", seed=0, test_accuracy=0.93,
+                             test_samples=360)])
+    said = caveats.accuracy_sentence(one)
+    assert said.startswith("Test accuracy is one training per configuration (seed 0): its 95% interval (Wilson) "
+                           "over 360 test images covers the test set's sampling, not the spread between trainings")
+    seeds = pd.DataFrame([_row(f"cpu__resnet18__bs64__default__fp32__abc__seed{s}", seed=s, test_accuracy=0.9 + s / 100,
+                               test_samples=360) for s in range(3)])
+    assert caveats.accuracy_sentence(seeds).startswith("Test accuracy is the median over each configuration's seeds "
+                                                       "(up to 3)")
+    assert caveats.accuracy_sentence(one.assign(test_accuracy=np.nan)) == ""

@@ -12,6 +12,7 @@ from benchlib.cli import main
 from benchlib.errors import ConfigError
 from benchlib.pipeline import rounds
 from benchlib.report import rules
+from benchlib.report.evidence import SampleFiles
 from benchlib.report.precision import Precision, study_precision
 from benchlib.spec.study import AutoRepeats, parse_repeats
 from benchlib.store.layout import ResultsLayout
@@ -78,13 +79,24 @@ def test_precision_narrows_with_runs_and_covers_ratios_within_a_pair():
                 level = step * math.exp(rng.normal(0, 0.05))
                 frames[run_id] = pd.DataFrame({"series": "train_step_s",
                                                "value": level * (1 + 0.01 * rng.standard_normal(30))})
-        return pd.DataFrame(rows), (lambda row: frames[row["run_id"]])
+        return pd.DataFrame(rows), Frames(frames)
 
     one = study_precision(*rows_of(1))
     assert math.isnan(one.worst_pct) and one.runs == 1  # one run: no interval across runs yet
     few, many = study_precision(*rows_of(3)), study_precision(*rows_of(12))
     assert "cpu__r__bs64__b vs cpu__r__bs64__a" in many.per_item
     assert 0 < many.worst_pct < few.worst_pct
+
+
+class Frames(SampleFiles):
+    """Samples from memory, no noise floor (no results folder)."""
+
+    def __init__(self, frames: dict) -> None:
+        super().__init__()
+        self.frames = frames
+
+    def __call__(self, row):
+        return self.frames[row["run_id"]]
 
 
 TINY_STUDY = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: [8]\ndataset: digits\n"

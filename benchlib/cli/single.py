@@ -249,12 +249,12 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """The noise floor measured in fresh processes, saved, and per thread count and metric what it lets a
-    comparison of single runs claim."""
+    """The noise floor measured in fresh processes, saved, and per metric what it lets a comparison of single
+    runs claim."""
     from ..env.threads import usable_cpus
+    from ..instruments.run_to_run import floor_pcts
     from ..pipeline.calibrate import measure_noise_floor, thread_counts
     from ..report import caveats
-    from ..report.stats import floor_pct
     from ..store.noise_floor import save_noise_floor
 
     device = _device_argument(args.device)
@@ -268,17 +268,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     floor = measure_noise_floor(device, runs=args.runs, threads=counts, progress=Progress().line)
     path = save_noise_floor(floor, Path(args.results_dir))
     if args.json:
-        print(json.dumps({**floor.to_json(), "path": str(path)}, default=str))
+        print(json.dumps({**floor.to_json(), "floor_pct": floor_pcts(floor), "path": str(path)}, default=str))
         return 0
     print(f"noise floor of {floor.machine} ({floor.device}), {floor.runs} fresh runs per thread count, measured in "
           f"{floor.minutes:.1f} min ({floor.measured_utc}); saved to {path}")
     print(f"configuration: {floor.configuration} --threads N")
-    for n, per in sorted(floor.values.items()):
-        print(f"threads {n}:")
-        for metric, values in per.items():
-            label, text = caveats.FLOOR_LABELS.get(metric, (metric, str))
-            print(f"  {label:>22}: differences under {caveats.pct_text(floor_pct(values))} are within this "
-                  f"machine's run-to-run noise (runs: {', '.join(text(v) for v in values)})")
+    print(caveats.floor_sentence(floor))
+    print(caveats.noise_floor_table([floor]).drop(columns=["machine", "device", "measured"]).to_string(index=False))
     if floor.interfered:
         print(f"benchlib: warning: other work ran while it was measured ({floor.interference}): this floor is wider "
               "than the machine's quiet one; measure again on a quiet machine", file=sys.stderr)

@@ -5,7 +5,7 @@ process brings its own allocator state, thread placement, CPU speed and neighbou
 configuration runs in ``runs`` fresh processes per thread count (``python -m benchlib run ... --no-save
 --json``), thread counts alternating run by run so slow drift lands on each alike, and each run's figures
 are kept (``store.noise_floor.NoiseFloor``). How far two single runs may differ by noise alone follows from
-them (``report.stats.floor_pct``), and a comparison of one run a side claims no difference under it.
+them (``instruments.run_to_run.floor_pct``), and a comparison of one run a side claims no difference under it.
 
 A study measures the floor once per device type at its start (``ensure_noise_floor``): a fresh floor of this
 machine in its results folder, or in a sibling one (copied in), is reused; an old, foreign or interfered one
@@ -13,7 +13,6 @@ is measured again.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
@@ -32,17 +31,20 @@ from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..env.threads import default_threads
 from ..errors import CalibrationFailed
-from ..report.stats import floor_pct
 from ..store.layout import ResultsLayout
-from ..store.noise_floor import FLOOR_METRICS, STALE_AFTER_DAYS, NoiseFloor, read_noise_floor, save_noise_floor
+from ..store.noise_floor import (
+    FLOOR_METRICS,
+    STALE_AFTER_DAYS,
+    NoiseFloor,
+    read_noise_floor,
+    save_noise_floor,
+)
 from .progress import log
 
 ProgressFn = Callable[[str], None]
 ROW_COLUMNS = {"train_step_s": "train_step_s_median"}  # a floor metric's row column, where the names differ
 RUN_TIMEOUT_S = 900  # one calibration run; a hung device fails the calibration instead of the study waiting forever
-SECONDS_PER_RUN = 20  # what one run of the default configuration takes on a small CPU: for the time announced
-
-
+SECONDS_PER_RUN = 11  # what one run of the default configuration takes on a 2-core CPU: for the time announced
 
 
 @dataclass(frozen=True)
@@ -127,20 +129,12 @@ def _figure(row: Mapping[str, Any], metric: str) -> float | None:
     return x if math.isfinite(x) and x > 0 else None
 
 
-def floor_pcts(floor: NoiseFloor) -> dict[str, dict[str, float | None]]:
-    """``{threads: {metric: floor %}}`` of a floor, rounded to 0.1% (None where under three runs)."""
-    def pct(v: Sequence[float]) -> float | None:
-        x = floor_pct(v)
-        return round(x, 1) if math.isfinite(x) else None
-
-    return {str(n): {m: pct(v) for m, v in per.items()} for n, per in sorted(floor.values.items())}
-
-
 def measure_noise_floor(device: str = "cpu", *, runs: int = 5, threads: Sequence[int] | None = None,
                         progress: ProgressFn | None = log, calibration: Calibration = CALIBRATION) -> NoiseFloor:
     """``runs`` fresh processes per thread count of ``calibration`` on ``device``; their figures as a NoiseFloor.
 
-    Thread counts alternate run by run (1, N, 1, N, ...). A run that fails raises CalibrationFailed.
+    Thread counts alternate run by run (1, N, 1, N, ...). Every run counts, a slow or fast one too: the
+    comparisons the floor judges meet the same neighbours. A run that fails raises CalibrationFailed.
     """
     hardware = resolve_hardware(device)
     counts = thread_counts(hardware, threads)
@@ -165,13 +159,12 @@ def measure_noise_floor(device: str = "cpu", *, runs: int = 5, threads: Sequence
         tell(f"noise floor {label}: train step {_figure(row, 'train_step_s') or math.nan:.4g} s, inference "
              f"{_figure(row, 'infer_samples_per_s') or math.nan:.4g} samples/s"
              f"{' (interfered)' if row.get('interfered') else ''} in {time.perf_counter() - t_run:.0f} s")
-    floor = NoiseFloor(
+    return NoiseFloor(
         machine=machine_name(), measured_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         torch=torch.__version__, configuration=calibration.command_line(hardware),
         values={n: {m: tuple(v) for m, v in per.items() if v} for n, per in values.items()},
         minutes=round((time.perf_counter() - t0) / 60, 2), interfered=bool(interfered),
         interference="; ".join(interfered), device=torch.device(hardware).type)
-    return dataclasses.replace(floor, extra={"floor_pct": floor_pcts(floor)})
 
 
 # ---------------------------------------------------------------- kept and reused

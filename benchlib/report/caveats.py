@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from ..instruments import drift, interference
+from ..instruments.run_to_run import floor_of
 from ..store.noise_floor import NoiseFloor
 from . import fmt
 from .evidence import NOISE_FLAGS
-from .stats import floor_pct
-from .tables import device_label, ok_rows
+from .tables import config_key, device_label, ok_rows
 
 MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
 MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
@@ -124,35 +124,68 @@ def pct_text(value: float) -> str:
 
 
 def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
-    """One line per machine, device, thread count and metric: how far two single runs of identical settings may
-    differ by noise alone (``stats.floor_pct``), the runs behind it and their figures, and when they ran."""
+    """One line per machine, device and metric: how far two single runs of identical settings may differ by
+    noise alone (``instruments.run_to_run.floor_pct``, pooled over the thread counts), the runs behind it
+    and their figures per thread count, and when they ran."""
     records = []
     for f in floors:
-        for threads, per in sorted(f.values.items()):
-            for metric, values in per.items():
-                label, text = FLOOR_LABELS.get(metric, (metric, fmt.significant))
-                records.append({"machine": f.machine, "device": f.device, "threads": threads, "metric": label,
-                                "floor %": pct_text(floor_pct(values)), "runs": len(values),
-                                "the runs' figures": ", ".join(text(v) for v in values),
-                                "measured": f.measured_utc[:16].replace("T", " ")
-                                + (" (interfered)" if f.interfered else "")})
+        for metric in dict.fromkeys(m for per in f.values.values() for m in per):
+            label, text = FLOOR_LABELS.get(metric, (metric, fmt.significant))
+            per_threads = {n: per[metric] for n, per in sorted(f.values.items()) if per.get(metric)}
+            records.append({"machine": f.machine, "device": f.device, "metric": label,
+                            "floor %": pct_text(floor_of([f], metric)),
+                            "runs": sum(len(v) for v in per_threads.values()),
+                            "the runs' figures": "; ".join(f"{_threads(n)}: {', '.join(text(v) for v in values)}"
+                                                           for n, values in per_threads.items()),
+                            "measured": f.measured_utc[:16].replace("T", " ")
+                            + (" (interfered)" if f.interfered else "")})
     return pd.DataFrame(records)
 
 
+def _threads(n: int) -> str:
+    return f"{n} thread{'s' if n > 1 else ''}"
+
+
+def floor_sentence(f: NoiseFloor) -> str:
+    """What one floor lets a comparison of single runs claim (the training step's and inference's floors; the
+    others are in the table) and how it was measured: the one wording of a floor."""
+    step, infer = (pct_text(floor_of([f], m)) for m in ("train_step_s", "infer_samples_per_s"))
+    counts = " and ".join(_threads(n) for n in sorted(f.values))
+    how = f"{f.runs} fresh runs at each of {counts} on {f.measured_utc[:10]}"
+    busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
+            if f.interfered else "")
+    return (f"On {f.machine} ({f.device}), differences between single runs under {step} in training step time "
+            f"and {infer} in inference throughput are within this machine's run-to-run noise and are not claimed "
+            f"({how}; other metrics in the table).{busy}")
+
+
 def noise_floor_sentences(floors: Sequence[NoiseFloor], machines: Iterable[str] = ()) -> list[str]:
-    """Per floor, the difference between single runs it does not let a comparison claim (the training step's,
-    per calibrated thread count); a line naming the ``machines`` without one."""
-    out = []
-    for f in floors:
-        parts = [f"{pct_text(floor_pct(per.get('train_step_s', ())))} at {n} thread{'s' if n > 1 else ''}"
-                 for n, per in sorted(f.values.items())]
-        busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
-                if f.interfered else "")
-        out.append(f"On {f.machine} ({f.device}), differences under {' and '.join(parts)} between single runs are "
-                   "within this machine's run-to-run noise and are not claimed (the training step; other metrics in "
-                   f"the table; a comparison at another thread count uses the nearest calibrated one).{busy}")
+    """Per floor, ``floor_sentence``; a line naming the ``machines`` without one."""
+    out = [floor_sentence(f) for f in floors]
     missing = sorted({str(m) for m in machines} - {f.machine for f in floors})
     if missing:
         out.append(f"No noise floor was measured on {', '.join(missing)}: single-run comparisons are inconclusive; "
                    "run `benchlib calibrate`.")
     return out
+
+
+def accuracy_sentence(df: pd.DataFrame) -> str:
+    """How far the test accuracies can be compared: over seeds where configurations repeat; else each is one
+    training, whose interval covers the test set's sampling and not the spread between trainings."""
+    good = measured_rows(df)
+    if good.empty or "test_accuracy" not in good or good["test_accuracy"].isna().all():
+        return ""
+    with_acc = good[good["test_accuracy"].notna()]
+    seeds = (with_acc.groupby(config_key(with_acc["run_id"].astype(str)))["seed"].nunique()
+             if {"run_id", "seed"} <= set(with_acc) else pd.Series(dtype=int))
+    images = pd.to_numeric(with_acc.get("test_samples"), errors="coerce").dropna()
+    size = f" over {int(images.median()):,} test images" if not images.empty else ""
+    if not seeds.empty and int(seeds.max()) > 1:
+        return (f"Test accuracy is the median over each configuration's seeds (up to {int(seeds.max())}); the "
+                "Repeats table gives its interval across them.")
+    seed = with_acc["seed"].dropna().unique() if "seed" in with_acc else []
+    which = f" (seed {', '.join(str(int(s)) for s in seed)})" if len(seed) else ""
+    return (f"Test accuracy is one training per configuration{which}: its 95% interval (Wilson){size} covers the "
+            "test set's sampling, not the spread between trainings, which on a small data set trained for a few "
+            "epochs is several points; accuracy differences are claimed only with repeats (`repeats: 5` with "
+            "seeds).")

@@ -27,8 +27,9 @@ import pandas as pd
 
 from ..store.noise_floor import load_noise_floors
 from ..store.rows import read_results
+from . import caveats
 from .evidence import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
-from .stats import PRACTICAL_THRESHOLD, WORSE, floor_pct
+from .stats import PRACTICAL_THRESHOLD, WORSE
 
 DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50",
                    "batch_latency_ms_p50", "peak_rss_bytes", "peak_cuda_allocated_bytes",
@@ -155,13 +156,7 @@ def floor_lines(a: Path, b: Path) -> list[str]:
         if not floors:
             lines.append(f"{side}: no noise floor measured, so comparisons of one run a side are inconclusive "
                          f"(`benchlib calibrate --results-dir {folder}` measures it, about two minutes)")
-        for f in floors:
-            parts = [f"threads {n}: train step ±{floor_pct(f.figures('train_step_s', n)):.0f}%, inference "
-                     f"±{floor_pct(f.figures('infer_samples_per_s', n)):.0f}%" for n in sorted(f.values)]
-            stale = " (measured under interference: too wide)" if f.interfered else ""
-            lines.append(f"{side}: {f.machine} {f.device}, {f.runs} fresh runs on {f.measured_utc[:10]}{stale}: "
-                         f"{'; '.join(parts)}. Differences between single runs under these are within this "
-                         "machine's run-to-run noise and are not claimed")
+        lines += [f"{side}: {caveats.floor_sentence(f)}" for f in floors]
     return lines
 
 

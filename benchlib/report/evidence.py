@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from ..engine.inference import BATCHES_PER_THROUGHPUT_REPEAT
+from ..instruments.run_to_run import floor_of
 from ..store.noise_floor import NoiseFloor, load_noise_floors
 from ..store.rows import read_samples
 from ..store.schema import finite_float
@@ -29,7 +30,6 @@ from .stats import (
     Comparison,
     compare,
     compare_runs,
-    floor_pct,
     judge_single_runs,
     proportion_ratio,
 )
@@ -75,7 +75,12 @@ METRICS: dict[str, Metric] = {
     "test_accuracy": Metric("test_accuracy", None, True, False),
 }
 
-SampleReader = Callable[[Mapping[str, Any]], pd.DataFrame]
+class SampleReader(Protocol):
+    """Where a comparison finds a row's raw samples and its machine's noise floors (``SampleFiles`` reads files)."""
+
+    def __call__(self, row: Mapping[str, Any]) -> pd.DataFrame: ...
+
+    def floors(self, folder: object) -> list[NoiseFloor]: ...
 
 
 class SampleFiles:
@@ -144,25 +149,22 @@ def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndar
     return np.concatenate(out) if out else np.asarray([], dtype=float)
 
 
-def _floor_figures(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> tuple[float, ...]:
-    """The calibration runs' figures that describe ``rows``: their machine's floor, on their device type, at
-    the calibrated thread count nearest theirs (empty where none was measured)."""
-    finder = getattr(reader, "floors", None)
-    if finder is None or metric.floor is None or rows.empty:
-        return ()
+def _floors(rows: pd.DataFrame, reader: SampleReader) -> list[NoiseFloor]:
+    """The noise floors that describe ``rows``: their machine's, on their device type (none where not measured)."""
+    if rows.empty:
+        return []
     row = rows.iloc[0]
     device = str(row.get("hardware") or "cpu").split(":")[0]
-    found = [f for f in finder(row.get("results_dir")) if f.machine == str(row.get("machine")) and f.device == device]
-    threads = finite_float(row.get("threads"))
-    return found[0].figures(metric.floor, int(threads) if threads is not None else None) if found else ()
+    machine = str(row.get("machine"))
+    return [f for f in reader.floors(row.get("results_dir")) if f.machine == machine and f.device == device]
 
 
 def noise_floor_pct(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader: SampleReader) -> float:
     """How far a single run of ``a`` and one of ``b`` may differ by this machine's noise alone, in % (NaN where
-    no floor was measured for either side)."""
+    either side's machine has no floor): ``floor_of`` both sides' floors (one, where they share a machine)."""
     m = METRICS[metric] if isinstance(metric, str) else metric
-    fa, fb = _floor_figures(a, m, reader), _floor_figures(b, m, reader)
-    return floor_pct(fa, fb) if fa and fb else math.nan
+    fa, fb = _floors(a, reader), _floors(b, reader)
+    return floor_of([*fa, *fb], m.floor) if fa and fb and m.floor else math.nan
 
 
 def one_process(a: pd.DataFrame, b: pd.DataFrame) -> bool:

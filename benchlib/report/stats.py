@@ -46,11 +46,6 @@ WORSE = frozenset({"slower", "worse"})
 CLAIMS = frozenset({"faster", "slower", "better", "worse"})
 LEVELS = ("runs", "floor", "steps", "test set")
 SETTLE_REPEATS = 5  # what a "repeat each side N times" hint asks for
-# The floor's prediction bound: 99%, not 95%. A calibration takes two minutes of back-to-back runs, while the
-# comparisons it judges are runs minutes or days apart, and several metrics of one run are judged at once: at
-# 95%, 4 of 30 identical-settings comparisons (5 pairs of single runs, 6 metrics) were claimed, 6.5% and 8.1%
-# apart against a 6.4% floor (benchmarks/false_alarms.py).
-FLOOR_CONFIDENCE = 0.99
 
 
 @dataclass(frozen=True)
@@ -106,10 +101,17 @@ def verdict_of(ratio: float, ci_low: float, ci_high: float, *, p_value: float = 
     return words[0] if ratio > 1.0 else words[1]
 
 
+def exact_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str] | None:
+    """(p, "exact") where both sides are constant (p 1 when equal, 0 when not: nothing to test); else None."""
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return (1.0 if a[0] == b[0] else 0.0), "exact"
+    return None
+
+
 def difference_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str]:
     """(p value, test name) of "a and b differ": Mann-Whitney U, or Welch's t on logs under four values a side.
 
-    ``compare`` settles two constant sides before calling this, so a side here always varies or the other does.
+    ``exact_test`` settles two constant sides before this is called, so a side here always varies or the other does.
     """
     if min(a.size, b.size) >= MIN_RANK_TEST or np.any(a <= 0) or np.any(b <= 0):  # logs need positive values
         return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), "mann-whitney"
@@ -133,9 +135,10 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
     ratio = float(np.median(first) / np.median(second))
     if n_a < 2 or n_b < 2:
         return Comparison(ratio, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
-    if np.ptp(first) == 0 and np.ptp(second) == 0:  # constant sides: the ratio is exact
+    exact = exact_test(first, second)
+    if exact is not None:  # constant sides: the ratio is exact
         low = high = ratio
-        p_value, test = (1.0 if first[0] == second[0] else 0.0), "exact"
+        p_value, test = exact
     else:
         boot = stats.bootstrap((first, second), _median_ratio, vectorized=True, paired=False,
                                n_resamples=RESAMPLES, confidence_level=confidence, method="percentile",
@@ -187,9 +190,10 @@ def compare_runs(runs_a: Sequence[Sequence[float] | np.ndarray], runs_b: Sequenc
     if len(ra) < 2 or len(rb) < 2 or np.median(second) <= 0 or np.median(first) < 0:
         return base
     ratio = float(np.median(first) / np.median(second))
-    if np.ptp(first) == 0 and np.ptp(second) == 0 and all(np.ptp(r) == 0 for r in ra + rb):
+    exact = exact_test(fig_a, fig_b)
+    if exact is not None and all(np.ptp(r) == 0 for r in ra + rb):
         low = high = ratio
-        p_value, test = (1.0 if first[0] == second[0] else 0.0), "exact"
+        p_value, test = exact
     else:
         rng = np.random.default_rng(seed)
         boot_a, boot_b = hierarchical_medians(ra, rng=rng), hierarchical_medians(rb, rng=rng)
@@ -200,10 +204,7 @@ def compare_runs(runs_a: Sequence[Sequence[float] | np.ndarray], runs_b: Sequenc
         tail = (1 - confidence) / 2 * 100
         low, high = (float(np.percentile(dist, tail)), float(np.percentile(dist, 100 - tail))) if dist.size else (
             math.nan, math.nan)
-        if np.ptp(fig_a) == 0 and np.ptp(fig_b) == 0:
-            p_value, test = (1.0 if fig_a[0] == fig_b[0] else 0.0), "exact"
-        else:
-            p_value, test = difference_test(fig_a, fig_b)
+        p_value, test = exact or difference_test(fig_a, fig_b)
     words = ("faster", "slower") if timing else ("better", "worse")
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
     return dataclasses.replace(base, ratio=ratio, ci_low=low, ci_high=high, p_value=p_value, verdict=verdict,
@@ -296,26 +297,3 @@ def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDEN
     boot = stats.bootstrap((x,), np.median, vectorized=True, n_resamples=RESAMPLES, confidence_level=confidence,
                            method="percentile", rng=np.random.default_rng(seed))
     return median, float(boot.confidence_interval.low), float(boot.confidence_interval.high)
-
-
-def floor_pct(runs_a: Sequence[float] | np.ndarray, runs_b: Sequence[float] | np.ndarray | None = None, *,
-              confidence: float = FLOOR_CONFIDENCE) -> float:
-    """How far apart, in %, a single run like ``runs_a`` and one like ``runs_b`` may land by noise alone.
-
-    ``runs_a`` and ``runs_b`` are one figure per fresh process of identical settings (a step median, a
-    throughput), e.g. the calibration's runs at the thread counts of the two sides; ``runs_b`` defaults to
-    ``runs_a`` (two runs of one setting). The log of a run's figure varies with spread ``s`` (estimated
-    from the runs), so the log ratio of two new runs varies with ``sqrt(s_a**2 + s_b**2)``; with the
-    fewer runs' ``n - 1`` degrees of freedom behind the estimate, its two-sided prediction bound is
-    Student's ``t`` times that. A ratio of two single runs beyond ``1 + floor_pct / 100`` (either way) is
-    not run-to-run noise at the ``confidence`` level (99% by default, see ``FLOOR_CONFIDENCE``). NaN under
-    three runs a side.
-    """
-    xa = _clean(runs_a)
-    xb = xa if runs_b is None else _clean(runs_b)
-    xa, xb = xa[xa > 0], xb[xb > 0]
-    if min(xa.size, xb.size) < 3:
-        return math.nan
-    spread_log = math.hypot(float(np.std(np.log(xa), ddof=1)), float(np.std(np.log(xb), ddof=1)))
-    t = float(stats.t.ppf(0.5 + confidence / 2, df=min(xa.size, xb.size) - 1))
-    return (math.exp(t * spread_log) - 1.0) * 100.0

@@ -108,7 +108,7 @@ def how_it_was_run(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
 
 def noise_floor(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     """The machines' run-to-run noise floor (``benchlib calibrate``): the difference between single runs it does
-    not let a comparison claim, and per thread count and metric its table."""
+    not let a comparison claim, and per metric its table."""
     floors = load_noise_floors(results_dirs)
     machines = df["machine"].dropna().astype(str).unique() if "machine" in df else []
     show.heading("Run-to-run noise floor", 3)
@@ -116,7 +116,7 @@ def noise_floor(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     if floors:
         display(Markdown("One small configuration run in several fresh processes per thread count: `floor %` is how "
                          "far two single runs of identical settings may land apart by noise alone (99% prediction "
-                         "bound of their ratio)."))
+                         "bound of their ratio, the thread counts' spreads pooled)."))
         display(show.table(caveats.noise_floor_table(floors), text=True))
 
 
@@ -127,6 +127,8 @@ def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
     if any(f is not None for f in figures):
         show.heading("Throughput, latency, memory and accuracy")
         show.figures(figures)
+        if said := caveats.accuracy_sentence(df):
+            display(Markdown(said))
 
 
 def speedups(df: pd.DataFrame) -> None:

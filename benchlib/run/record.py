@@ -24,6 +24,7 @@ import torch
 from ..engine.weights import WeightsPlan, plan_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
+from ..instruments.run_to_run import floor_pcts
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..roofline.ceilings import Ceilings
 from ..spec.settings import RunConfig, RunSettings
@@ -98,7 +99,7 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
 
 def noise_floor_entry(layout: ResultsLayout, machine: str) -> dict[str, Any]:
     """The manifest's ``noise_floor``: per device type of this machine's floor files in the folder, when it was
-    measured, its runs and ``floor_pct`` per thread count and metric (as ``benchlib calibrate`` computed it)."""
+    measured, its runs and ``floor_pct`` per thread count and metric (``instruments.run_to_run.floor_pcts``)."""
     entry: dict[str, Any] = {}
     for path in layout.noise_floor_files():
         try:
@@ -107,7 +108,7 @@ def noise_floor_entry(layout: ResultsLayout, machine: str) -> dict[str, Any]:
             continue  # an unreadable floor is warned about where it is used
         if floor.machine == machine:
             entry[floor.device] = {"measured_utc": floor.measured_utc, "runs": floor.runs,
-                                   "interfered": floor.interfered, "floor_pct": floor.extra.get("floor_pct", {})}
+                                   "interfered": floor.interfered, "floor_pct": floor_pcts(floor)}
     return entry
 
 

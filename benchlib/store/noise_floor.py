@@ -4,8 +4,9 @@ Steps of one process share its allocator, thread placement, CPU frequency and ne
 that decides whether two single runs differ is the one between processes. ``benchlib calibrate`` runs one
 small configuration in several fresh processes and keeps each run's figures here; from them follows, per
 metric, how far apart two single runs of identical settings may land on this machine (the 99% prediction
-bound of their ratio, ``report.stats.floor_pct``). A comparison of one run a side claims a difference only
-beyond it. One file per machine and device type, beside the ceilings: ``noise_floor/<machine>__<device>.json``.
+bound of their ratio, ``instruments.run_to_run.floor_pct``). A comparison of one run a side claims a
+difference only beyond it. One file per machine and device type, beside the ceilings:
+``noise_floor/<machine>__<device>.json``.
 """
 from __future__ import annotations
 
@@ -22,16 +23,14 @@ from .layout import ResultsLayout
 
 FLOOR_METRICS = ("train_step_s", "infer_samples_per_s", "latency_ms_p50", "peak_rss_bytes")
 STALE_AFTER_DAYS = 7.0  # a floor older than this is measured again: a VM's neighbours change
-
-
 @dataclass(frozen=True)
 class NoiseFloor:
     """Run-to-run figures of one small configuration in fresh processes, per intra-op thread count.
 
     ``values[threads][metric]`` holds each run's figure (the training step median in seconds, inference
     samples/s, batch-1 latency p50 in ms, peak RSS in bytes). How far two single runs may differ follows
-    from them (``report.stats.floor_pct``); a run with more threads is usually noisier (it competes with
-    the machine's own housekeeping for every core), hence one set per thread count.
+    from them (``instruments.run_to_run.floor_pct``), the spread pooled over the thread counts, each about
+    its own level.
     """
 
     machine: str
@@ -47,18 +46,10 @@ class NoiseFloor:
 
     @property
     def runs(self) -> int:
-        """Fresh processes per thread count (the smallest, where they differ)."""
-        counts = [len(v) for per in self.values.values() for v in per.values()]
+        """Fresh processes per thread count (the fewest; counted on the training step, which every run has)."""
+        counts = [len(per.get("train_step_s") or max(per.values(), key=len, default=()))
+                  for per in self.values.values()]
         return min(counts) if counts else 0
-
-    def figures(self, metric: str, threads: int | None) -> tuple[float, ...]:
-        """The runs' figures of ``metric`` at the calibrated thread count nearest ``threads`` (the larger on a
-        tie; the largest when ``threads`` is unknown); empty when the metric was not measured."""
-        if not self.values:
-            return ()
-        counts = sorted(self.values)
-        pick = counts[-1] if threads is None else min(counts, key=lambda n: (abs(n - threads), -n))
-        return tuple(self.values[pick].get(metric, ()))
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
