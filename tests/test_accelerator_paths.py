@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
+from fakes import FakeNvml
 from torch import nn
 
 import benchlib.engine.setup as setup
@@ -79,10 +79,12 @@ def test_each_configuration_starts_from_an_empty_cache_and_no_compiled_graphs(mo
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
     monkeypatch.setattr(setup, "reset_compiler", lambda: calls.append("reset_compiler"))
     setup.fresh_state(torch.device("cuda", 0))
-    assert calls == ["gc", "synchronize", "empty_cache", "reset_compiler"]
+    # the compiler first: its graphs hold device memory that is garbage only once they are dropped, so
+    # emptying the cache before them left it reserved and inflated the next compiled configuration's peak
+    assert calls == ["reset_compiler", "gc", "synchronize", "empty_cache"]
     calls.clear()
     setup.fresh_state(torch.device("cpu"))
-    assert calls == ["gc", "reset_compiler"]
+    assert calls == ["reset_compiler", "gc"]
 
 
 # ---------------------------------------------------------------- 3. compile and autotuning out of timed figures
@@ -123,32 +125,54 @@ def test_compile_without_warmup_is_refused():
                      "warmup_steps": 0, "variants": ["cpu-default", "cpu-compiled"]}, "p.yaml")
 
 
+@pytest.mark.parametrize("mode,key,value,allowed", [
+    ("default", "infer_warmup_batches", 0, 1),  # inference compiles on its first call too
+    ("reduce-overhead", "warmup_steps", 1, 2),  # CUDA graphs: a call to compile, one to record, then replays
+    ("max-autotune", "infer_warmup_batches", 1, 2),
+])
+def test_compile_needs_its_warm_calls_in_training_and_inference(mode, key, value, allowed):
+    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8], "compile": mode,
+            "warmup_steps": 3, "infer_warmup_batches": 3}
+    with pytest.raises(ConfigError) as exc:
+        parse_study({**base, key: value}, "p.yaml")
+    assert f"key '{key}' is {value} with compile '{mode}'; allowed: {key} >= {allowed}" in str(exc.value)
+    parse_study({**base, key: allowed}, "p.yaml")  # enough warm calls: accepted
+
+
 # ---------------------------------------------------------------- 4. telemetry and energy of the run's own GPU
 
-class _UuidNvml:
-    """Three GPUs whose NVML order differs from CUDA's; each reports its UUID and a power draw."""
+def test_a_cpu_row_on_a_gpu_machine_samples_no_gpu(monkeypatch, tmp_path):
+    """The GPUs beside a CPU run are not its own: no GPU telemetry, no GPU energy (which would also have
+    stretched its inference window to NVML's one second)."""
+    FakeNvml().install(monkeypatch)
+    from benchlib.run import measure as measure_module
 
-    uuids = {0: "GPU-CCC", 1: "GPU-aaa", 2: "GPU-bbb"}
+    assert measure_module._gpu_uuids(torch.device("cpu"), None) == []
+    with EnergyMeter(gpu_uuids=[]) as meter:
+        assert not meter.counts_gpu
+    row = record(RunConfig("c", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY)), tmp_path, progress=None)
+    assert row["status"] == "ok" and row["train_gpu_energy_j"] is None and row["infer_gpu_energy_j"] is None
+    gpu = {k: row.get(k) for k in ("gpu_util_pct_mean", "gpu_power_w_mean", "gpu_temp_c_max")}
+    assert all(v is None or (isinstance(v, float) and math.isnan(v)) for v in gpu.values()), gpu
 
-    def install(self, monkeypatch):
-        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 3)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: SimpleNamespace(index=i))
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: self.uuids[h.index])
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", lambda h: 1000 * (h.index + 1))
-        rates = SimpleNamespace(gpu=50, memory=10)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", lambda h: rates)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(used=1))
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetPowerUsage", lambda h: 100_000)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetTemperature", lambda h, sensor: 40)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetClockInfo", lambda h, clock: 1000)
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-        return self
+
+def test_a_mig_slice_is_found_by_its_own_uuid_and_its_boards_energy_is_not_claimed(monkeypatch):
+    """torch names a MIG slice by the slice's UUID; NVML's top-level devices carry the board's. The slice is
+    found among its GPU's MIG devices; the energy counter there is the whole board's, so it is not used."""
+    FakeNvml().install(monkeypatch).with_mig(monkeypatch, gpu=1, slices=["MIG-1111", "MIG-2222"])
+    from benchlib.instruments.nvml import NvmlDevices
+
+    with NvmlDevices(uuids=["2222"]) as found:
+        assert list(found.handles) == [1] and found.mig == {1} and found.handles[1].slot == 1
+        assert not found.missing
+    with EnergyMeter(gpu_uuids=["2222"]) as meter:
+        assert not meter.counts_gpu and "a MIG slice" in meter.reasons["gpu1"]
+    with NvmlDevices(uuids=["9999"]) as lost:
+        assert not lost.handles and "no NVML device has UUID 9999" in lost.missing["gpu_uuid"]
 
 
 def test_telemetry_and_energy_follow_the_runs_gpu_by_uuid_not_by_index(monkeypatch):
-    _UuidNvml().install(monkeypatch)
+    FakeNvml().install(monkeypatch)
     with TelemetrySampler(0.05, gpu_uuids=["bbb"]) as sampler:  # torch's name of NVML's GPU 2
         pass
     gpu_columns = {c for c in sampler.result.frame.columns if c.startswith("gpu")}

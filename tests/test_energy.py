@@ -256,3 +256,66 @@ def test_per_sample():
     assert per_sample(None, 400) is None
     assert per_sample(10.0, 0) is None
     assert isinstance(energy_between(reading(0.0), reading(1.0)), EnergyResult)
+
+
+# ---------------------------------------------------------------- what the training window holds (issue 24, 1)
+
+class _Meter:
+    """A meter whose every read is a reading at the next second, and whose windows hold 100 J of GPU energy."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def read(self):
+        self.reads += 1
+        return EnergyReading(t_s=float(self.reads), gpu_energy_mj={}, rapl_energy_uj={}, reasons={})
+
+    def between(self, start, end, *, telemetry=None):
+        return EnergyResult(seconds=end.t_s - start.t_s, gpu_j=100.0, gpu_method="nvml-counter", cpu_package_j=None,
+                            cpu_method=None, unmeasurable={})
+
+
+def test_training_energy_is_per_timed_sample_of_this_nodes_ranks(monkeypatch):
+    from benchlib.engine.train import TrainResult
+    from benchlib.env import distributed
+    from benchlib.run.measure import _training_energy
+
+    meter, trained = _Meter(), TrainResult(timed_samples=640, total_samples=960)
+    start, end = meter.read(), meter.read()
+    one = _training_energy(meter, [start], end, None, trained, SimpleNamespace(type="cuda"), None)
+    assert one["train_energy_j_per_sample"] == pytest.approx(100.0 / 640), "timed samples, not warmup ones"
+    monkeypatch.setattr(distributed, "local_world_size", lambda: 4)  # 2 nodes x 4 ranks: this node's 4 GPUs
+    rank = SimpleNamespace(rank=0, local_rank=0, world_size=8, backend="nccl")
+    ddp = _training_energy(meter, [start], end, None, trained, SimpleNamespace(type="cuda"), rank)
+    assert ddp["train_energy_j_per_sample"] == pytest.approx(100.0 / (640 * 4)), "not 8 ranks' samples"
+    none = _training_energy(meter, [], end, None, trained, SimpleNamespace(type="cuda"), None)
+    assert none["train_energy_j_per_sample"] is None and none["train_energy_window_s"] == 0
+
+
+def test_the_training_energy_window_opens_at_the_first_timed_step():
+    import torch
+
+    from benchlib.engine.step import Trainer
+    from benchlib.engine.train import train
+    from benchlib.spec.settings import RunSettings
+
+    drawn = []
+
+    class Loader:
+        dataset, batch_size = range(32), 4
+
+        def __iter__(self):
+            for _ in range(8):
+                drawn.append(1)
+                yield torch.randn(4, 3, 8, 8), torch.randint(0, 2, (4,))
+
+        def __len__(self):
+            return 8
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 2))
+    s = RunSettings.of(epochs=1, warmup_steps=3, dataset="synthetic")
+    at = []
+    result = train(Trainer.of(net, net, s, torch.device("cpu")), Loader(), s, 8,
+                   at_timed_start=lambda: at.append(len(drawn)))
+    assert at == [4], "called once, after the 3 warmup batches and the first timed one were drawn, before its step"
+    assert len(result.warmup_step_s) == 3 and result.timed_samples == 5 * 4

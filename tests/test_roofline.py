@@ -183,6 +183,7 @@ def test_datasheet_for_matches_torch_device_names(torch_name: str, key: str) -> 
 @pytest.mark.parametrize("torch_name", [
     "Some Unknown Accelerator", "AMD EPYC", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB",
     "NVIDIA L40S", "NVIDIA GeForce RTX 3090 Ti", "Apple M1 Max",
+    "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb",  # a slice is not the part
 ])
 def test_datasheet_for_unknown_or_sibling_parts_gives_none(torch_name: str) -> None:
     assert rl.datasheet_for(torch_name) is None

@@ -37,9 +37,10 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
 
 def _config_from_args(args: argparse.Namespace) -> RunConfig:
     """One validated configuration from ``run``/``profile`` arguments (threads applied)."""
+    from ..env.devices import resolve_hardware
     from ..env.distributed import launched_world_size
     from ..env.threads import apply_threads
-    from ..run.preflight import check_hardware, check_settings
+    from ..run.preflight import check_gpus, check_hardware, check_settings
     from ..spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
     from ..spec.variants import apply_variant, parse_variant
     from ..spec.vocab import MODELS
@@ -60,6 +61,7 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
         raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
     check_batch_sizes([args.batch_size], settings, "command line")
     check_hardware([args.device], "command line", key="--device")
+    check_gpus([resolve_hardware(args.device)], [settings], "command line", key="--device")
     check_settings(settings, [args.model], "command line")
     apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
     return RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
@@ -76,8 +78,10 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..env.devices import resolve_hardware
     from ..env.distributed import launched_by_torchrun
     from ..run.measure import measure
+    from ..run.preflight import check_gpus, check_hardware
     from ..run.record import record
 
     if args.nproc_per_node < 1:
@@ -87,6 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "allowed: cuda (each process takes cuda:LOCAL_RANK; CUDA_VISIBLE_DEVICES picks the GPUs) "
                           "or cpu")
     if args.nproc_per_node > 1 and not launched_by_torchrun():
+        check_hardware([args.device], "command line", key="--device")
+        check_gpus([resolve_hardware(args.device)], [], "command line", processes=args.nproc_per_node, key="--device")
         return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
     cfg = _config_from_args(args)
     progress = Progress()

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..env.devices import bf16_supported
+from ..env.gpu import compile_problem, gpu_facts
 from ..env.threads import choose_threads
 from ..spec.knobs import Knobs
 
@@ -34,7 +35,8 @@ def _inductor_cxx() -> str:
     return os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
 
 
-def _precision_reason(v: Knobs, device_type: str, training: bool) -> str | None:
+def _precision_reason(v: Knobs, device: str, training: bool) -> str | None:
+    device_type = device.split(":")[0]
     if v.precision == "amp_fp16":
         if device_type == "cpu" and training:
             return "fp16 autocast training is not supported on CPU; use amp_bf16"
@@ -43,16 +45,17 @@ def _precision_reason(v: Knobs, device_type: str, training: bool) -> str | None:
     if v.precision == "amp_bf16":
         if device_type == "cpu" and not bf16_supported("cpu"):
             return "this CPU has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32"
-        if device_type == "cuda" and not bf16_supported("cuda"):
-            return "this GPU has no native bf16 (needs compute capability 8.0+); use amp_fp16"
+        if device_type == "cuda" and not bf16_supported(device):
+            return f"{device} has no native bf16 (needs compute capability 8.0+); use amp_fp16"
         if device_type == "mps" and not bf16_supported("mps"):
             return "bf16 on MPS needs macOS 14 or newer; use amp_fp16 or fp32"
     return None
 
 
-def _compile_reason(v: Knobs, device_type: str) -> str | None:
+def _compile_reason(v: Knobs, device: str) -> str | None:
     if v.compile == "off":
         return None
+    device_type = device.split(":")[0]
     if device_type == "mps":
         return "torch.compile is not run on MPS by benchlib (inductor's Metal backend is a prototype); use compile: off"
     if device_type == "cpu" and shutil.which(_inductor_cxx()) is None:
@@ -61,12 +64,15 @@ def _compile_reason(v: Knobs, device_type: str) -> str | None:
         )
     if device_type == "cuda" and find_spec("triton") is None:
         return "torch.compile on CUDA needs triton: pip install triton (it ships with the CUDA wheels of torch)"
+    if device_type == "cuda" and torch.cuda.is_available():
+        return compile_problem(gpu_facts(torch.device(device).index or 0))
     return None
 
 
-def unsupported_reason(v: Knobs, device_type: str, *, training: bool) -> str | None:
-    """None when the variant runs on ``device_type`` (cpu, cuda, cuda:N, mps); else one line saying why not."""
-    device_type = device_type.split(":")[0]
+def unsupported_reason(v: Knobs, device: str, *, training: bool) -> str | None:
+    """None when the variant runs on ``device`` (cpu, cuda, cuda:N, mps: the row's own device, whose capability
+    decides); else one line saying why not."""
+    device_type = device.split(":")[0]
     if v.quantization != "none":
         if device_type != "cpu":
             return "quantized inference runs on CPU only"
@@ -76,7 +82,7 @@ def unsupported_reason(v: Knobs, device_type: str, *, training: bool) -> str | N
         engines = torch.backends.quantized.supported_engines
         if not {"x86", "fbgemm", "qnnpack"} & set(engines):
             return f"this torch build has no quantized engine for CPU (supported: {', '.join(engines)})"
-    precision = _precision_reason(v, device_type, training)
+    precision = _precision_reason(v, device, training)
     if precision:
         return precision
     # The GPU presets share CUDA backend settings; on MPS they do not apply (the row records them off),
@@ -85,7 +91,7 @@ def unsupported_reason(v: Knobs, device_type: str, *, training: bool) -> str | N
         return "tf32 is a CUDA knob: it would be ignored on cpu"
     if v.cudnn_benchmark and device_type == "cpu":
         return "cudnn_benchmark is a CUDA knob: it would be ignored on cpu"
-    return _compile_reason(v, device_type)
+    return _compile_reason(v, device)
 
 
 # ---------------------------------------------------------------- applying the knobs

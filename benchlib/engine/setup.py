@@ -37,13 +37,15 @@ def fresh_state(device: torch.device) -> None:
     """Leave nothing of an earlier configuration behind: garbage, cached device memory, compiled graphs.
 
     Without emptying the cache a configuration's reserved-memory peak is at least what earlier ones left
-    cached; without resetting dynamo, compiled graphs pile up until dynamo gives up and runs eager.
+    cached; without resetting dynamo, compiled graphs pile up until dynamo gives up and runs eager. The
+    compiler goes first: its graphs (and a CUDA graph's private memory pool) hold device memory that only
+    becomes garbage once they are dropped, and emptying the cache before that would leave it reserved.
     """
+    reset_compiler()
     gc.collect()
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.empty_cache()
-    reset_compiler()
 
 
 @contextmanager
@@ -54,12 +56,13 @@ def configuration(device: torch.device, s: RunSettings) -> Iterator[None]:
         yield
 
 
-def check_runs(s: RunSettings, device_type: str) -> None:
-    """Raise SkippedConfiguration (one line saying why) when the variant cannot run on ``device_type``."""
+def check_runs(s: RunSettings, device: str) -> None:
+    """Raise SkippedConfiguration (one line saying why) when the variant cannot run on ``device`` (cuda:N: that
+    GPU's own capability decides)."""
     knobs = s.knobs
-    reason = unsupported_reason(dataclasses.replace(knobs, quantization="none"), device_type, training=True)
+    reason = unsupported_reason(dataclasses.replace(knobs, quantization="none"), device, training=True)
     if reason is None and not knobs.trains:
-        reason = unsupported_reason(knobs, device_type, training=False)
+        reason = unsupported_reason(knobs, device, training=False)
     if reason is not None:
         raise SkippedConfiguration(reason)
 

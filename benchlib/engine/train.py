@@ -16,6 +16,7 @@ import psutil
 import torch
 from torch import nn
 
+from ..env.devices import synchronize
 from ..errors import MemoryCeilingError, NonFiniteLossError
 from ..instruments.timing import RegionClock, StepTimer
 from ..spec.knobs import Knobs
@@ -86,7 +87,7 @@ def check_losses(losses: list[float], first_step: int) -> None:
 
 def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, *,
           progress: ProgressFn | None = None, heartbeat: ProgressFn | None = None,
-          after_epoch: AfterEpoch | None = None) -> TrainResult:
+          after_epoch: AfterEpoch | None = None, at_timed_start: Callable[[], None] | None = None) -> TrainResult:
     """Train for ``s.epochs`` epochs (or ``s.train_steps`` timed steps) and time every step.
 
     ``progress`` gets one line per epoch; ``heartbeat`` (a terminal's status line) the step reached, at
@@ -94,7 +95,8 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
 
     ``train_accuracy`` is the running top-1 accuracy over the last epoch's batches (augmented, as the
     model saw them). ``after_epoch`` sees each epoch's figures so far (and may raise to stop, as
-    pruning does).
+    pruning does). ``at_timed_start`` is called once, with the device drained, just before the first timed
+    step: an energy window opened there leaves the warmup and compilation out, as the step times do.
     """
     t.net.train()
     result = TrainResult()
@@ -122,6 +124,9 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
                 t_wait = time.perf_counter()
                 x, y = next(batches)
                 wait = time.perf_counter() - t_wait
+                if step == s.warmup_steps and at_timed_start is not None:
+                    synchronize(t.device)  # once a run: the warmup's queued work is not the timed window's
+                    at_timed_start()
                 timer.start()
                 loss, logits, y = train_step(t, x, y)
                 timer.stop()

@@ -90,13 +90,11 @@ def _cpu_bf16_supported() -> bool:
         return True
 
 
-def _cuda_bf16_supported() -> bool:
+def _cuda_bf16_supported(index: int) -> bool:
+    """Native bf16 on ``cuda:index`` (capability 8.0+), asked of that device, not of the current one."""
     if not torch.cuda.is_available():
         return True  # cannot check without the device: let the run decide
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # older torch without the keyword
-        return bool(torch.cuda.is_bf16_supported())
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 def _mps_bf16_supported() -> bool:
@@ -105,10 +103,12 @@ def _mps_bf16_supported() -> bool:
     return bool(torch.backends.mps.is_macos_or_newer(14, 0))
 
 
-def bf16_supported(device_type: str) -> bool:
-    """Whether ``device_type`` (cpu, cuda, mps) runs bf16 natively; without it bf16 is slow emulation."""
-    return {"cpu": _cpu_bf16_supported, "cuda": _cuda_bf16_supported, "mps": _mps_bf16_supported}.get(
-        device_type, lambda: True)()
+def bf16_supported(device: str | torch.device) -> bool:
+    """Whether ``device`` (cpu, cuda, cuda:N, mps) runs bf16 natively; without it bf16 is slow emulation."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return _cuda_bf16_supported(dev.index or 0)
+    return {"cpu": _cpu_bf16_supported, "mps": _mps_bf16_supported}.get(dev.type, lambda: True)()
 
 
 def device_scope(device: torch.device) -> AbstractContextManager[object]:

@@ -239,7 +239,10 @@ class EnergyMeter:
     def __init__(self, gpu_indices: Sequence[int] | None = None, *, gpu_uuids: Sequence[str] | None = None):
         self._devices = NvmlDevices(gpu_indices, uuids=gpu_uuids)
         self.reasons: dict[str, str] = dict(self._devices.missing)
-        self._handles = self._devices.handles
+        for i in self._devices.mig:  # the counter NVML has is the whole board's, which the other slices share
+            self.reasons[f"gpu{i}"] = ("a MIG slice: NVML's energy counter is its whole GPU's, shared with the "
+                                       "other slices; not attributed to this one")
+        self._handles = {i: h for i, h in self._devices.handles.items() if i not in self._devices.mig}
         self.rapl_max_range_uj, _ = read_rapl_uj(POWERCAP_ROOT, "max_energy_range_uj")
 
     @property

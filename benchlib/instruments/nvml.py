@@ -55,10 +55,29 @@ def visible_nvml_indices(cuda_visible_devices: str | None, device_count: int) ->
 
 
 def normal_uuid(uuid: str | bytes) -> str:
-    """A GPU UUID as both NVML ("GPU-8e1d...") and torch ("8e1d...") can be compared: bare, lower case."""
+    """A GPU or MIG UUID as both NVML ("GPU-8e1d...", "MIG-90a4...") and torch ("8e1d...") can be compared:
+    bare, lower case."""
     text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
     text = text.strip().lower()
-    return text[4:] if text.startswith("gpu-") else text
+    return text[4:] if text.startswith(("gpu-", "mig-")) else text
+
+
+def _mig_handles(parent: Any) -> list[Any]:
+    """The MIG devices of a GPU in MIG mode (none otherwise, or where NVML cannot tell)."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(parent)
+        if current != getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1):
+            return []
+        count = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(parent))
+    except pynvml.NVMLError:
+        return []
+    out = []
+    for j in range(count):
+        try:
+            out.append(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, j))
+        except pynvml.NVMLError:
+            continue  # an empty slot
+    return out
 
 
 class NvmlDevices:
@@ -73,6 +92,7 @@ class NvmlDevices:
     def __init__(self, gpu_indices: Sequence[int] | None = None, *, uuids: Sequence[str] | None = None):
         self.handles: dict[int, Any] = {}
         self.missing: dict[str, str] = {}
+        self.mig: set[int] = set()  # handles that are MIG slices (keyed by their GPU's index)
         self._initialized = False
         if pynvml is None:
             self.missing["gpu"] = "NVML unavailable: nvidia-ml-py (pynvml) is not installed"
@@ -97,7 +117,12 @@ class NvmlDevices:
             self.missing["gpu"] = "no visible GPU" if count else "NVML reports no GPU"
 
     def _by_uuid(self, wanted: list[str], count: int) -> None:
-        """Handles of the GPUs whose UUIDs are ``wanted``, keyed by their NVML index."""
+        """Handles of the GPUs whose UUIDs are ``wanted``, keyed by their NVML index.
+
+        torch names a MIG slice by the slice's own UUID, which no top-level NVML device carries: the slices
+        of each GPU in MIG mode are searched too, and a slice found is keyed by its GPU's index and listed
+        in ``mig`` (NVML reads its board's power and energy, not the slice's: those are left unmeasured).
+        """
         found: set[str] = set()
         for i in range(count):
             try:
@@ -108,6 +133,16 @@ class NvmlDevices:
             if uuid in wanted:
                 self.handles[i] = handle
                 found.add(uuid)
+                continue
+            for mig in _mig_handles(handle) if set(wanted) - found else []:
+                try:
+                    mig_uuid = normal_uuid(pynvml.nvmlDeviceGetUUID(mig))
+                except pynvml.NVMLError:
+                    continue
+                if mig_uuid in wanted and i not in self.handles:
+                    self.handles[i] = mig
+                    self.mig.add(i)
+                    found.add(mig_uuid)
         lost = [u for u in wanted if u not in found]
         if lost:
             self.missing["gpu_uuid"] = f"no NVML device has UUID {', '.join(lost)}"

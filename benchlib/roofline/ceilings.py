@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..env.devices import bf16_supported, device_name, resolve_hardware, synchronize
+from ..env.gpu import copy_bytes_for, gpu_facts, matmul_size_for
 from ..env.manifest import driver_version
 from ..env.threads import usable_cpu_ids
 from ..instruments import interference
@@ -153,8 +154,8 @@ def _dtype_unsupported_reason(dtype_name: str, device: torch.device) -> str | No
     if dtype_name == "tf32" and device.type != "cuda":
         return "tf32 is a CUDA tensor-core mode"
     if dtype_name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
-        return "tf32 needs compute capability 8.0+ (it would silently measure fp32)"
-    if dtype_name == "bf16" and not bf16_supported(device.type):
+        return f"tf32 needs compute capability 8.0+ on {device} (it would silently measure fp32)"
+    if dtype_name == "bf16" and not bf16_supported(device):
         return f"no native bf16 on this {device.type} (it would measure slow emulation, a roof no variant runs under)"
     try:
         a = torch.ones(64, 64, dtype=_TORCH_DTYPES[dtype_name], device=device)
@@ -239,6 +240,10 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
     n_bytes = int(copy_bytes or DEFAULT_COPY_BYTES[dev.type])
     if n < 1 or n_bytes < 1:
         raise ValueError(f"matmul_size and copy_bytes must be positive, got {n} and {n_bytes}")
+    if dev.type == "cuda":  # a T4 under load, a MIG slice or a 4 GiB laptop GPU holds less than the defaults
+        gpu = gpu_facts(dev.index or 0)
+        n_bytes = n_bytes if copy_bytes else copy_bytes_for(gpu, n_bytes)
+        n = n if matmul_size else matmul_size_for(gpu, n, element_bytes=4)
 
     skipped: dict[str, str] = {}
     if dtypes is None:

@@ -104,11 +104,14 @@ _DATASHEET_PATTERNS: dict[str, re.Pattern[str]] = {
 
 
 def datasheet_for(device_name: str) -> dict[str, Any] | None:
-    """The datasheet entry for a torch device name ("NVIDIA H100 80GB HBM3", "Tesla T4"), or None.
+    """The datasheet entry for a torch device name ("NVIDIA H100 80GB HBM3", "Tesla T4"), or None (also for a
+    MIG slice, ``NVIDIA A100-SXM4-80GB MIG 1g.10gb``).
 
     The returned copy carries ``"name"`` (the DATASHEET key) so a plot can label the roof it draws.
     """
     text = " ".join(device_name.replace("_", " ").split()).upper()
+    if " MIG " in f" {text} ":  # a MIG slice has a fraction of the part's SMs and bandwidth: no sheet states it
+        return None
     for key, entry in DATASHEET.items():
         pattern = _DATASHEET_PATTERNS.get(key)
         if text == key.upper() or (pattern is not None and pattern.search(text)):

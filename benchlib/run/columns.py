@@ -14,6 +14,7 @@ import torch
 
 from .._version import __version__
 from ..engine.train import TrainResult
+from ..env.gpu import tf32_in_effect
 from ..env.manifest import process_uid
 from ..env.threads import choose_threads
 from ..instruments import drift
@@ -38,11 +39,16 @@ def _ms(seconds: float) -> float:
     return seconds * 1000.0
 
 
-def base_row(cfg: RunConfig, machine: str) -> Row:
-    """The identifying columns of a row, known before anything runs (failure rows use them too)."""
+def base_row(cfg: RunConfig, machine: str, device: torch.device | None = None) -> Row:
+    """The identifying columns of a row, known before anything runs (failure rows use them too).
+
+    ``device``: where it runs (``--device auto`` resolved); without it, what the configuration names.
+    """
     s = cfg.settings
     k = s.knobs
-    cuda = cfg.hardware.startswith("cuda")  # TF32 and cuDNN flags act on CUDA only: recorded as in effect
+    # TF32 and cuDNN flags act on CUDA only, and TF32 on capability 8.0+ only: recorded as in effect
+    cuda = device.type == "cuda" if device is not None else cfg.hardware.startswith("cuda")
+    tf32 = k.tf32 and cuda and (device is None or tf32_in_effect(device))
     threads = choose_threads(k.threads)  # what the configuration runs with (engine.knobs.backend_flags sets it)
     row: Row = {
         "study": cfg.study, "run_id": cfg.run_id, "settings_digest": settings_digest(s),
@@ -54,7 +60,7 @@ def base_row(cfg: RunConfig, machine: str) -> Row:
         "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
         "benchlib_version": __version__, "started_utc": now_utc(), "process_uid": process_uid(),
         "optimizer": s.optimizer, "lr": s.lr, "epochs": s.epochs, "pretrained": s.pretrained,
-        "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": k.tf32 and cuda,
+        "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": tf32,
         "cudnn_benchmark": k.cudnn_benchmark and cuda, "memory_format": k.memory_format, "compile": k.compile,
         "quantization": k.quantization, "warmup_steps": s.warmup_steps,
     }

@@ -27,7 +27,7 @@ from ..engine.inference import (
 from ..engine.knobs import compile_report, compile_seconds, precision_context
 from ..engine.setup import build, check_runs, configuration, num_classes, wrap
 from ..engine.step import Trainer, in_memory_format
-from ..engine.train import EvalResult, evaluate, train
+from ..engine.train import EvalResult, TrainResult, evaluate, train
 from ..engine.weights import WeightsPlan, load_weights, save_weights
 from ..env import distributed
 from ..env.devices import cuda_uuids, device_name, resolve_hardware
@@ -105,10 +105,11 @@ def _loadavg_1m() -> float | None:
         return None
 
 
-def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> list[str] | None:
-    """The run's GPUs as NVML must find them: this device, or every local rank's device under torchrun."""
+def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> list[str]:
+    """The run's GPUs as NVML must find them: this device, or every local rank's device under torchrun; none
+    for a CPU or MPS row (on a GPU machine the GPUs beside it are not its own: no telemetry, no energy)."""
     if device.type != "cuda":
-        return None
+        return []
     indices = list(range(distributed.local_world_size())) if dist_info else [device.index or 0]
     return cuda_uuids(indices)
 
@@ -135,7 +136,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
         SkippedConfiguration: the variant cannot run on this device.
     """
     device = torch.device(resolve_hardware(cfg.hardware))
-    check_runs(cfg.settings, device.type)
+    check_runs(cfg.settings, str(device))
     dist_info = distributed.init(device)
     device = distributed.rank_device(device, dist_info)
     with configuration(device, cfg.settings):
@@ -166,6 +167,19 @@ def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.d
     return lat1, latn, Samples.of(times), e0, meter.read()
 
 
+def _training_energy(meter: EnergyMeter, timed_start: list[EnergyReading], end: EnergyReading,
+                     telemetry: Telemetry, trained: TrainResult, device: torch.device,
+                     dist_info: distributed.DistInfo | None) -> Row:
+    """Energy columns of the timed training steps: from the first timed step (warmup and compilation left
+    out, as the step times leave them out) to the end, per sample the meter's GPUs (or this node's CPU
+    package) processed: this node's ranks, not every node's."""
+    if not timed_start:  # every step was warmup: nothing timed, no energy per timed sample
+        return energy_columns("train", meter.between(end, end, telemetry=telemetry), 0, device.type)
+    local_ranks = distributed.local_world_size() if dist_info else 1
+    return energy_columns("train", meter.between(timed_start[0], end, telemetry=telemetry),
+                          trained.timed_samples * local_ranks, device.type)
+
+
 def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInfo | None, *, machine: str | None,
              progress: ProgressFn | None, ceilings: Ceilings | None, weights: WeightsPlan | None,
              heartbeat: ProgressFn | None = None) -> Measurement | None:
@@ -173,7 +187,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     say = progress or (lambda _msg: None)
     local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
     world = dist_info.world_size if dist_info else 1
-    row = base_row(cfg, machine or machine_name())
+    row = base_row(cfg, machine or machine_name(), device)
     row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
     row["device_name"] = device_name(device)
     t_start = time.perf_counter()
@@ -197,20 +211,22 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         f"{per_epoch} batches/epoch, {s.warmup_steps} warmup step(s) untimed"))
     uuids = _gpu_uuids(device, dist_info)
     peers = distributed.local_peer_pids(dist_info)  # every rank, before any of them starts sampling
-    sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpu_uuids=uuids,
-                                                                peer_pids=peers)
+    sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpus=bool(uuids),
+                                                                gpu_uuids=uuids, peer_pids=peers)
                                                if s.telemetry else NullSampler())
-    meter = EnergyMeter(gpu_uuids=uuids)
+    meter = EnergyMeter(gpu_uuids=uuids)  # training: every local rank's GPU, each busy with its share
+    infer_meter = meter  # inference runs on rank 0 alone: its GPU only (below), not the idle ones beside it
     loadavg_1m = _loadavg_1m()
+    timed_start: list[EnergyReading] = []
     try:
         sampler.start()
         sampler.set_phase("train")
-        e_train0 = meter.read()
         trained = None
         try:
             if not trained_by:
                 trained = train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch,
-                                progress=progress, heartbeat=heartbeat)
+                                progress=progress, heartbeat=heartbeat,
+                                at_timed_start=lambda: timed_start.append(meter.read()))
         except Exception:
             distributed.all_ok(False, dist_info)  # the other ranks stop too instead of waiting in a collective
             raise
@@ -231,15 +247,19 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         quant: Row = {"model_size_bytes": model_size_on_disk_bytes(model)}
         if not s.knobs.trains:
             infer_net, test, quant = _quantized(model, loaders, device, s, test, trained_by)
+        if dist_info is not None and device.type == "cuda":
+            infer_meter = EnergyMeter(gpu_uuids=_gpu_uuids(device, None))
         sampler.set_phase("latency")
         say(f"timing inference at batch 1 and {cfg.batch_size}: {s.latency_repeats} repeats each, up to "
             f"{LATENCY_TARGET_SAMPLES} within {s.latency_budget_s:g} s, after {s.infer_warmup_batches} warmup "
             "batch(es)")
-        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, loaders, cfg, device, meter)
+        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, loaders, cfg, device, infer_meter)
     finally:
         if sampler.running:
             sampler.stop()
         meter.close()
+        if infer_meter is not meter:
+            infer_meter.close()
     telemetry = sampler.result
     assert telemetry is not None
     mem = memory.stop()
@@ -252,8 +272,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
             **training_columns(trained, per_epoch, world),
             "train_accuracy": None if synthetic else trained.train_accuracy,
             **telemetry.summary("train"),
-            **energy_columns("train", meter.between(e_train0, e_train1, telemetry=telemetry),
-                             trained.total_samples * world, device.type),
+            **_training_energy(meter, timed_start, e_train1, telemetry, trained, device, dist_info),
         })
         if compiled is not None:
             row.update(compile_s=compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median),
@@ -268,7 +287,8 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         **latency_columns(lat1, latn, thr, infer_samples),
         **memory_columns(mem),
         "params": params, "params_trainable": trainable, **quant,
-        **energy_columns("infer", meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples, device.type),
+        **energy_columns("infer", infer_meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples,
+                         device.type),
         "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": now_utc(),
     })
     row.update(interference.measure(telemetry.frame, usable_cpu_ids(), threshold_pct=s.interference_threshold_pct,

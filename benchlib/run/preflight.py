@@ -17,9 +17,11 @@ from typing import Any
 
 from ..data.datasets import check_data_path, load_dataset
 from ..env.devices import resolve_hardware
+from ..env.gpu import arch_problem, copy_bytes_for, gpu_facts, precision_problem
 from ..env.threads import usable_cpus
 from ..errors import BenchlibError, ConfigError
 from ..nets.models import check_weights_file, smallest_image_size
+from ..roofline.ceilings import DEFAULT_COPY_BYTES
 from ..spec.settings import RunSettings, setting_names, settings_from_mapping
 from ..spec.study import StudyConfig
 from ..spec.study import load_study as parse_study_file
@@ -51,6 +53,33 @@ def resolved_hardware(hardware: Sequence[str], where: str) -> tuple[str, ...]:
             continue
         out.append(name)
     return tuple(out)
+
+
+def check_gpus(hardware: Sequence[str], settings: Sequence[RunSettings], where: str, *, processes: int = 1,
+               key: str = "key 'hardware'") -> None:
+    """Before any GPU work: the processes asked for have a GPU each, and each CUDA device listed has kernels in
+    this torch build, room for the ceilings' buffers, and native support for the precision every one of its
+    configurations would run (a variant's own precision is judged per row: it is skipped with the reason)."""
+    import torch
+
+    cuda = [h for h in hardware if h.split(":")[0] == "cuda"]
+    if not cuda or not torch.cuda.is_available():
+        return
+    count = torch.cuda.device_count()
+    if processes > count:
+        names = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(count))
+        raise ConfigError(f"{where}: {processes} data-parallel processes need a GPU each; this machine has {count} "
+                          f"({names}); allowed: --nproc-per-node 1..{count}")
+    for h in dict.fromkeys(cuda):
+        gpu = gpu_facts(int(h.split(":")[1]) if ":" in h else 0)
+        problems = [arch_problem(gpu), *(precision_problem(gpu, p) for p in {s.knobs.precision for s in settings})]
+        try:
+            copy_bytes_for(gpu, DEFAULT_COPY_BYTES["cuda"])
+        except ValueError as exc:
+            problems.append(str(exc))
+        for problem in problems:
+            if problem:
+                raise ConfigError(f"{where}: {key}: {problem}")
 
 
 def _cpu_bound(key: str, value: int | None, where: str) -> None:
@@ -124,6 +153,7 @@ def check_study(cfg: StudyConfig, *, check_devices: bool = True) -> None:
     """Everything the study asks of this machine and its files, for its settings and each variant's."""
     if check_devices:
         check_hardware(cfg.hardware, cfg.source)
+        check_gpus(cfg.hardware, [cfg.settings], cfg.source)
     check_settings(cfg.settings, cfg.models, cfg.source, dict(cfg.sweep))
     for v in cfg.variants:
         check_machine(apply_variant(cfg.settings, v), f"{cfg.source}: variant '{v.name}'")

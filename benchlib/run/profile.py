@@ -141,7 +141,7 @@ def profile_training(cfg: RunConfig, out_dir: Path, *, wait: int = 1, warmup: in
     for stale in _tensorboard_traces(tensorboard_dir):  # a re-run replaces the traces of the last one
         stale.unlink()
     device = torch.device(resolve_hardware(cfg.hardware))
-    check_runs(cfg.settings, device.type)
+    check_runs(cfg.settings, str(device))
     with configuration(device, cfg.settings):
         built = build(cfg, device, cfg.batch_size)
         net, _ = wrap(built.model, cfg.settings, device)

@@ -84,7 +84,7 @@ def train_by_epoch(cfg: RunConfig, epochs: int, device: torch.device,
     the first ``warmup_steps`` steps and the wait for data, as the benchmark's do.
     """
     s = dataclasses.replace(cfg.settings, epochs=epochs, train_steps=None)
-    check_runs(s, device.type)
+    check_runs(s, str(device))
     with configuration(device, s):
         built = build(dataclasses.replace(cfg, settings=s), device, cfg.batch_size)
         train_net, infer_net = wrap(built.model, s, device)

@@ -205,6 +205,15 @@ def settings_from_mapping(values: Mapping[str, Any], where: str, *,
     return settings
 
 
+CUDA_GRAPH_COMPILE_MODES = frozenset({"reduce-overhead", "max-autotune"})  # they capture CUDA graphs
+
+
+def compile_warm_calls(mode: str) -> int:
+    """Untimed calls a compile mode needs before its calls run what it compiled: one to compile, and with CUDA
+    graphs one more to record the graph (replays start at the third)."""
+    return 2 if mode in CUDA_GRAPH_COMPILE_MODES else 1
+
+
 def check_consistency(s: RunSettings, where: str) -> None:
     """Settings that are each valid but not together."""
     if s.freeze_backbone and not s.pretrained:
@@ -213,9 +222,15 @@ def check_consistency(s: RunSettings, where: str) -> None:
     if s.persistent_workers and s.num_workers == 0:
         raise ConfigError(f"{where}: key 'persistent_workers' is true with num_workers 0; allowed: "
                           "persistent_workers only with num_workers >= 1")
-    if s.knobs.compile != "off" and s.warmup_steps == 0:
-        raise ConfigError(f"{where}: key 'warmup_steps' is 0 with compile '{s.knobs.compile}'; allowed: warmup_steps "
-                          ">= 1 with compile (the first steps compile; timing them would put compile in a step time)")
+    if s.knobs.compile != "off":
+        warm = compile_warm_calls(s.knobs.compile)
+        why = ("the first call compiles, the second records the CUDA graph that later calls replay" if warm > 1 else
+               "the first call compiles")
+        for key in ("warmup_steps", "infer_warmup_batches"):
+            if getattr(s, key) < warm:
+                raise ConfigError(f"{where}: key '{key}' is {getattr(s, key)} with compile '{s.knobs.compile}'; "
+                                  f"allowed: {key} >= {warm} with that mode ({why}; timing them would put "
+                                  "compilation in the measured times)")
     if s.dataset in DATASETS_NEEDING_PATH and not s.data_path:
         raise ConfigError(f"{where}: key 'data_path' is missing; dataset '{s.dataset}' needs the folder that holds "
                           "it on disk")

@@ -1,0 +1,139 @@
+"""The GPU path's checks before any work, on this CPU machine with the shared fake of torch.cuda (tests/fakes.py):
+kernels for the GPU's architecture, precisions asked of the row's own GPU, room for the ceilings' buffers,
+processes no more than GPUs, MIG and PCIe/SXM told apart. Each refusal is one line naming the GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+from fakes import A100_MIG_1G, A100_SXM, GIB, H100_PCIE, H100_SXM, P100, T4, V100, FakeGpu, fake_cuda
+
+from benchlib.cli import main
+from benchlib.engine.knobs import unsupported_reason
+from benchlib.env.devices import bf16_supported
+from benchlib.env.gpu import (
+    MIN_COPY_BYTES,
+    arch_problem,
+    compile_problem,
+    copy_bytes_for,
+    gpu_facts,
+    matmul_size_for,
+    precision_problem,
+)
+from benchlib.errors import ConfigError
+from benchlib.run.preflight import check_gpus
+from benchlib.spec.knobs import Knobs
+from benchlib.spec.settings import RunSettings
+
+
+def test_a_gpu_older_than_the_builds_kernels_is_named_with_what_the_build_has(monkeypatch):
+    fake_cuda(monkeypatch, V100, T4, H100_SXM)
+    said = arch_problem(gpu_facts(0))
+    assert said is not None and "\n" not in said
+    assert said.startswith("cuda:0 (Tesla V100-SXM2-16GB, sm_70): this torch ")
+    assert "no kernels for sm_70 (it has sm_75 to sm_120)" in said and "get_arch_list() includes sm_70" in said
+    assert arch_problem(gpu_facts(1)) is None and arch_problem(gpu_facts(2)) is None
+
+
+@pytest.mark.parametrize("capability,archs,runs", [
+    ((8, 6), ["sm_80"], True),  # a cubin runs on a later minor of its major
+    ((8, 0), ["sm_86"], False),  # not on an earlier one
+    ((9, 0), ["sm_80", "sm_86"], False),  # nor on another major
+    ((12, 1), ["sm_90", "compute_90"], True),  # PTX is compiled by the driver for any later GPU
+    ((9, 0), ["sm_90a"], False),  # an arch-specific cubin is for its own part only (and here unparsed: refused)
+    ((6, 0), [], True),  # a build that does not say: the run decides
+])
+def test_the_compatibility_rule_of_cubins_and_ptx(monkeypatch, capability, archs, runs):
+    fake_cuda(monkeypatch, FakeGpu("some GPU", capability, 16.0), arch_list=archs)
+    assert (arch_problem(gpu_facts(0)) is None) == runs
+
+
+def test_bf16_is_asked_of_the_rows_own_gpu_not_the_current_one(monkeypatch):
+    fake_cuda(monkeypatch, A100_SXM, T4)
+    assert bf16_supported("cuda:0") and bf16_supported("cuda") and not bf16_supported("cuda:1")
+    reason = unsupported_reason(Knobs(precision="amp_bf16"), "cuda:1", training=True)
+    assert reason == "cuda:1 has no native bf16 (needs compute capability 8.0+); use amp_fp16"
+    assert unsupported_reason(Knobs(precision="amp_bf16"), "cuda:0", training=True) is None
+    assert precision_problem(gpu_facts(1), "tf32") == ("cuda:1 (Tesla T4, sm_75) has no TF32 tensor cores (needs "
+                                                        "compute capability 8.0+); use fp32 (TF32 off)")
+    assert precision_problem(gpu_facts(0), "tf32") is None and precision_problem(gpu_facts(1), "fp32") is None
+
+
+def test_compile_on_a_gpu_triton_cannot_target_is_a_reason_not_a_failure(monkeypatch):
+    fake_cuda(monkeypatch, P100, T4)
+    assert compile_problem(gpu_facts(0)) == ("cuda:0 (Tesla P100-PCIE-16GB, sm_60): torch.compile's triton backend "
+                                             "needs compute capability 7.0+; use compile: off")
+    assert compile_problem(gpu_facts(1)) is None
+
+
+def test_the_ceilings_buffers_fit_the_free_memory_or_are_refused_in_one_line(monkeypatch):
+    busy_t4 = FakeGpu("Tesla T4", (7, 5), 15.0, free_gib=0.6)
+    fake_cuda(monkeypatch, A100_SXM, A100_MIG_1G, busy_t4)
+    assert copy_bytes_for(gpu_facts(0), 2 * GIB) == 2 * GIB, "room to spare: the default"
+    mig = copy_bytes_for(gpu_facts(1), 2 * GIB)
+    assert MIN_COPY_BYTES <= mig < 2 * GIB and 2 * mig <= 0.5 * A100_MIG_1G.free_bytes
+    with pytest.raises(ValueError) as exc:
+        copy_bytes_for(gpu_facts(2), 2 * GIB)
+    said = str(exc.value)
+    assert "\n" not in said and said.startswith("cuda:2 (Tesla T4, sm_75): 0.60 GiB free of 15.0 GiB")
+    assert "at least 256 MiB" in said and "nvidia-smi" in said
+    assert matmul_size_for(gpu_facts(0), 8192, 4) == 8192
+    small = matmul_size_for(gpu_facts(2), 8192, 4)
+    assert small % 256 == 0 and 3 * small * small * 4 <= 0.5 * busy_t4.free_bytes
+
+
+def test_mig_pcie_and_sxm_are_told_apart(monkeypatch):
+    fake_cuda(monkeypatch, A100_MIG_1G, H100_SXM, H100_PCIE, T4)
+    assert [gpu_facts(i).form for i in range(4)] == ["mig", "sxm", "pcie", "unknown"]
+    assert gpu_facts(0).mig and not gpu_facts(1).mig
+
+
+def _settings(**kw) -> RunSettings:
+    return RunSettings.of(**kw)
+
+
+def test_the_preflight_refuses_each_case_in_one_line_naming_the_gpu(monkeypatch):
+    fake_cuda(monkeypatch, T4, V100, FakeGpu("Tesla T4", (7, 5), 15.0, free_gib=0.3))
+    check_gpus(["cpu"], [_settings()], "s.yaml")  # nothing asked of a GPU
+    check_gpus(["cuda:0"], [_settings()], "s.yaml")  # a T4 in fp32 runs
+    cases = [
+        (["cuda:1"], [_settings()], 1, "s.yaml: key 'hardware': cuda:1 (Tesla V100-SXM2-16GB, sm_70): this torch"),
+        (["cuda:0"], [_settings(precision="amp_bf16")], 1,
+         "s.yaml: key 'hardware': cuda:0 (Tesla T4, sm_75) has no native bf16"),
+        (["cuda:2"], [_settings()], 1, "s.yaml: key 'hardware': cuda:2 (Tesla T4, sm_75): 0.30 GiB free of 15.0 GiB"),
+        (["cuda"], [], 4, "s.yaml: 4 data-parallel processes need a GPU each; this machine has 3 (cuda:0 Tesla T4"),
+    ]
+    for hardware, settings, processes, start in cases:
+        with pytest.raises(ConfigError) as exc:
+            check_gpus(hardware, settings, "s.yaml", processes=processes)
+        assert str(exc.value).startswith(start) and "\n" not in str(exc.value), str(exc.value)
+        assert exc.value.exit_code == 2
+
+
+def test_more_processes_than_gpus_is_refused_before_launch(monkeypatch, capsys):
+    fake_cuda(monkeypatch, A100_SXM, A100_SXM)
+    assert main(["run", "--model", "resnet18", "--device", "cuda", "--nproc-per-node", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "allowed: --nproc-per-node 1..2" in err, err
+
+
+def test_an_unsupported_gpu_refuses_a_run_before_any_work(monkeypatch, capsys, tmp_path):
+    fake_cuda(monkeypatch, V100)
+    code = main(["run", "--model", "resnet18", "--device", "cuda", "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no kernels for sm_70" in err and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir()), "nothing written"
+    assert torch.cuda.device_count() == 1
+
+
+def test_the_tf32_column_says_what_the_rows_own_gpu_did(monkeypatch):
+    """``--device auto`` on a GPU recorded tf32 off (the name is not 'cuda'), so the roof was fp32's; a T4
+    accepts the flag and stays fp32, so tf32 on there must read off."""
+    from benchlib.run.columns import base_row
+    from benchlib.spec.settings import RunConfig
+
+    fake_cuda(monkeypatch, A100_SXM, T4)
+    s = _settings(tf32=True)
+    assert base_row(RunConfig("s", "auto", "resnet18", 8, s), "m", torch.device("cuda", 0))["tf32"] is True
+    assert base_row(RunConfig("s", "cuda:1", "resnet18", 8, s), "m", torch.device("cuda", 1))["tf32"] is False
+    assert base_row(RunConfig("s", "auto", "resnet18", 8, s), "m", torch.device("cpu"))["tf32"] is False
+    assert base_row(RunConfig("s", "cuda", "resnet18", 8, s), "m")["tf32"] is True, "before it runs: as named"
