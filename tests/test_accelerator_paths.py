@@ -366,3 +366,36 @@ def test_the_nvml_handle_of_the_run_is_the_torch_devices(monkeypatch):
     with NvmlDevices(uuids=uuid) as nv:
         assert len(nv.handles) == 1
         assert normal_uuid(pynvml.nvmlDeviceGetUUID(next(iter(nv.handles.values())))) == normal_uuid(uuid[0])
+
+
+# ---------------------------------------------------------------- fair variants: no host sync the baseline lacks
+
+def test_a_fused_optimizer_takes_the_gradient_scalers_inf_check_on_the_device(monkeypatch):
+    """fp16 training scales its loss; with a for-loop optimizer the scaler reads its inf flag with .item()
+    every step (a host sync an fp32 row does not pay). ``auto`` is fused on CUDA, where it does not."""
+    from benchlib.engine.step import make_optimizer, optimizer_impl
+
+    assert optimizer_impl(RunSettings.of(), torch.device("cuda", 0)) == "fused"
+    assert optimizer_impl(RunSettings.of(), torch.device("cpu")) == "default"
+    assert optimizer_impl(RunSettings.of(optimizer_impl="foreach"), torch.device("cuda", 0)) == "foreach"
+    real_item = torch.Tensor.item
+
+    def host_reads(impl: str) -> int:
+        net = nn.Linear(4, 2)
+        opt = make_optimizer(net, RunSettings.of(optimizer_impl=impl), torch.device("cpu"))
+        scaler = torch.amp.GradScaler("cpu")
+        reads = []
+        monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(1) or real_item(self))
+        scaler.scale(net(torch.randn(8, 4)).sum()).backward()
+        scaler.step(opt)
+        monkeypatch.setattr(torch.Tensor, "item", real_item)
+        return len(reads)
+
+    assert host_reads("fused") == 0
+    assert host_reads("for_loop") >= 1, "the case the fused default avoids"
+
+
+def test_the_row_records_the_optimizer_kernels_it_ran(tmp_path):
+    row = record(RunConfig("o", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY, optimizer_impl="foreach")),
+                 tmp_path, progress=None)
+    assert row["status"] == "ok" and row["optimizer_impl"] == "foreach"

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
+from ..engine.step import optimizer_impl
 from ..engine.train import TrainResult
 from ..env.gpu import tf32_in_effect
 from ..env.manifest import process_uid
@@ -59,7 +60,9 @@ def base_row(cfg: RunConfig, machine: str, device: torch.device | None = None) -
         "interop_threads": torch.get_num_interop_threads(),
         "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
         "benchlib_version": __version__, "started_utc": now_utc(), "process_uid": process_uid(),
-        "optimizer": s.optimizer, "lr": s.lr, "epochs": s.epochs, "pretrained": s.pretrained,
+        "optimizer": s.optimizer, "lr": s.lr,
+        "optimizer_impl": optimizer_impl(s, device) if device is not None else s.optimizer_impl,
+        "epochs": s.epochs, "pretrained": s.pretrained,
         "freeze_backbone": s.freeze_backbone, "num_workers": s.num_workers, "tf32": tf32,
         "cudnn_benchmark": k.cudnn_benchmark and cuda, "memory_format": k.memory_format, "compile": k.compile,
         "quantization": k.quantization, "warmup_steps": s.warmup_steps,

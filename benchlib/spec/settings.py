@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import ConfigError
 from .fields import Rule, coerce, rules_of, setting
 from .knobs import Knobs
-from .vocab import DATASETS, DATASETS_NEEDING_PATH, DIGITS_TRAIN_SAMPLES, NAME_PATTERN, OPTIMIZERS
+from .vocab import DATASETS, DATASETS_NEEDING_PATH, DIGITS_TRAIN_SAMPLES, NAME_PATTERN, OPTIMIZER_IMPLS, OPTIMIZERS
 
 # Bounds of what the consumers take: numpy seeds below 2**32; counts a run could finish; a byte count that
 # fits a 64-bit integer with room to spare.
@@ -51,6 +51,9 @@ class RunSettings:
     freeze_backbone: bool = setting(False, "train only the new classifier head (needs pretrained)")
     weights_path: str | None = setting(None, "local .pth state_dict to use instead of the torch hub cache")
     optimizer: str = setting("sgd", "optimizer", choices=OPTIMIZERS)
+    optimizer_impl: str = setting("auto", "optimizer kernels: auto (fused on CUDA for every precision, so an fp16 "
+                                          "row's gradient scaler needs no host sync; torch's default elsewhere), "
+                                          "for_loop, foreach, fused", choices=OPTIMIZER_IMPLS)
     lr: float = setting(0.01, "learning rate", min_exclusive=0.0, max=10.0)
     momentum: float = setting(0.9, "SGD momentum", min=0.0, max_exclusive=1.0)
     weight_decay: float = setting(5e-4, "weight decay", min=0.0, max=1.0)

@@ -12,6 +12,7 @@ DATASETS: tuple[str, ...] = ("digits", "synthetic", "cifar10", "tinyimagenet", "
 DATASETS_NEEDING_PATH: tuple[str, ...] = ("cifar10", "tinyimagenet", "imagefolder")
 DIGITS_TRAIN_SAMPLES = 1437  # scikit-learn's 1797 digits, 80% in the fixed training split
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "for_loop", "foreach", "fused")
 
 PRECISIONS: tuple[str, ...] = ("fp32", "amp_fp16", "amp_bf16")
 MEMORY_FORMATS: tuple[str, ...] = ("nchw", "channels_last")

@@ -90,6 +90,8 @@ IDENTITY = _group(
 )
 SETTINGS = _group(
     ("optimizer", "", "sgd or adam"),
+    ("optimizer_impl", "", "the optimizer's kernels: fused, foreach, for_loop, or default (torch's own choice); "
+                           "auto resolved (fused on CUDA)"),
     ("lr", "", "learning rate"),
     ("epochs", "", "training epochs asked for"),
     ("pretrained", "", "started from ImageNet weights (transfer learning)"),
