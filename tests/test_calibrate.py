@@ -255,7 +255,7 @@ def test_the_manifest_carries_this_machines_floor(tmp_path, monkeypatch, tiny_se
 def test_the_summary_table_and_sentence_of_a_floor():
     floor = _floor()
     table = caveats.noise_floor_table([floor])
-    assert list(table.columns) == ["machine", "device", "metric", "floor %", "runs", "the runs' figures", "measured"]
+    assert list(table.columns) == ["machine", "device", "metric", "floor %", "runs", "the runs' figures"]
     assert len(table) == 2, "one line per metric, its thread counts pooled"
     step = table[table["metric"] == "training step"].iloc[0]
     pooled = _expected_pct(floor.values[1]["train_step_s"], floor.values[2]["train_step_s"])

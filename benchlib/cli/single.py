@@ -280,7 +280,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"{floor.minutes:.1f} min ({floor.measured_utc}); saved to {path}")
     print(f"configuration: {floor.configuration} --threads N")
     print(caveats.floor_sentence(floor))
-    print(caveats.noise_floor_table([floor]).drop(columns=["machine", "device", "measured"]).to_string(index=False))
+    print(caveats.noise_floor_table([floor]).drop(columns=["machine", "device"]).to_string(index=False))
     if floor.interfered:
         print(f"benchlib: warning: other work ran while it was measured ({floor.interference}): this floor is wider "
               "than the machine's quiet one; measure again on a quiet machine", file=sys.stderr)

@@ -126,7 +126,7 @@ def pct_text(value: float) -> str:
 def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
     """One line per machine, device and metric: how far two single runs of identical settings may differ by
     noise alone (``instruments.run_to_run.floor_pct``, pooled over the thread counts), the runs behind it
-    and their figures per thread count, and when they ran."""
+    and their figures per thread count (when and how they ran is ``floor_sentence``'s)."""
     records = []
     for f in floors:
         for metric in dict.fromkeys(m for per in f.values.values() for m in per):
@@ -136,9 +136,7 @@ def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
                             "floor %": pct_text(floor_of([f], metric)),
                             "runs": sum(len(v) for v in per_threads.values()),
                             "the runs' figures": "; ".join(f"{_threads(n)}: {', '.join(text(v) for v in values)}"
-                                                           for n, values in per_threads.items()),
-                            "measured": f.measured_utc[:16].replace("T", " ")
-                            + (" (interfered)" if f.interfered else "")})
+                                                           for n, values in per_threads.items())})
     return pd.DataFrame(records)
 
 
@@ -151,7 +149,7 @@ def floor_sentence(f: NoiseFloor) -> str:
     others are in the table) and how it was measured: the one wording of a floor."""
     step, infer = (pct_text(floor_of([f], m)) for m in ("train_step_s", "infer_samples_per_s"))
     counts = " and ".join(_threads(n) for n in sorted(f.values))
-    how = f"{f.runs} fresh runs at each of {counts} on {f.measured_utc[:10]}"
+    how = f"{f.runs} fresh runs at each of {counts} on {f.measured_utc[:16].replace('T', ' ')} UTC"
     busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
             if f.interfered else "")
     return (f"On {f.machine} ({f.device}), differences between single runs under {step} in training step time "
