@@ -29,7 +29,7 @@ from benchlib.instruments.nvml import pynvml
 from benchlib.instruments.telemetry import TelemetrySampler
 from benchlib.roofline import cache
 from benchlib.roofline.ceilings import Ceilings
-from benchlib.run.columns import roof_columns, work_columns
+from benchlib.run.columns import roof_columns, training_columns, work_columns
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.spec.study import parse_study
@@ -399,3 +399,24 @@ def test_the_row_records_the_optimizer_kernels_it_ran(tmp_path):
     row = record(RunConfig("o", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY, optimizer_impl="foreach")),
                  tmp_path, progress=None)
     assert row["status"] == "ok" and row["optimizer_impl"] == "foreach"
+
+
+def test_data_waits_are_a_share_of_the_hosts_wall_time_not_of_device_step_time():
+    """On a GPU the step times are the device's and overlap the host's waiting for the next batch: 2 s of
+    waits in a 10 s timed region are 20%, whatever the device's steps add up to (10 s here, so waits + steps
+    would have said 17%)."""
+    from benchlib.engine.train import TrainResult
+
+    trained = TrainResult(step_s=[1.0] * 10, data_wait_s=[0.2] * 10, timed_samples=640, total_samples=640,
+                          timed_wall_s=10.0)
+    assert training_columns(trained, 10, 1)["data_wait_fraction"] == pytest.approx(0.2)
+
+
+def test_the_timed_region_is_measured_on_the_host_from_the_first_timed_step(tmp_path):
+    row = record(RunConfig("w", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY)), tmp_path, progress=None)
+    steps = read_samples(tmp_path, row)
+    total = float(steps.loc[steps["series"] == "train_step_s", "value"].sum())
+    waits = float(steps.loc[steps["series"] == "data_wait_s", "value"].sum())
+    assert 0 < row["data_wait_fraction"] < 1
+    wall = waits / row["data_wait_fraction"]
+    assert wall >= total * 0.99, "the host's region holds the steps (on a CPU, one clock)"

@@ -43,6 +43,9 @@ class TrainResult:
     final_loss: float = math.nan
     loss_per_step: list[float] = field(default_factory=list)
     sync_per_step: bool = False
+    # host wall time from the first timed step (device drained) to the end, synchronized: the timeline the
+    # data waits are on (step times on a GPU are the device's own, which overlaps the host's waiting)
+    timed_wall_s: float = math.nan
 
     @property
     def samples_per_s(self) -> float:
@@ -105,6 +108,7 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
     timer = StepTimer(t.device)
     result.sync_per_step = timer.sync_per_step
     step = 0
+    timed_t0: float | None = None
     last_report = time.monotonic()
     for epoch in range(epochs):
         correct = torch.zeros((), dtype=torch.long, device=t.device)
@@ -124,9 +128,11 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
                 t_wait = time.perf_counter()
                 x, y = next(batches)
                 wait = time.perf_counter() - t_wait
-                if step == s.warmup_steps and at_timed_start is not None:
+                if step == s.warmup_steps:
                     synchronize(t.device)  # once a run: the warmup's queued work is not the timed window's
-                    at_timed_start()
+                    if at_timed_start is not None:
+                        at_timed_start()
+                    timed_t0 = time.perf_counter()
                 timer.start()
                 loss, logits, y = train_step(t, x, y)
                 timer.stop()
@@ -166,6 +172,8 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
                      f"running accuracy {result.train_accuracy:.1%}")
         if after_epoch is not None:
             after_epoch(epoch, result)
+    if timed_t0 is not None:  # the last epoch's clock synchronized at its end: the device's work is in
+        result.timed_wall_s = time.perf_counter() - timed_t0
     return result
 
 

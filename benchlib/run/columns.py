@@ -138,7 +138,8 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
         "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
         "train_samples_per_s": trained.timed_samples * world / steps.total if steps.total > 0 else math.nan,
         "data_wait_s_total": waits.total,
-        "data_wait_fraction": waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan,
+        "data_wait_fraction": (waits.total / trained.timed_wall_s if trained.timed_wall_s > 0
+                               else waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan),
         "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
         "final_loss": trained.final_loss,
         "step_sync": "per-step" if trained.sync_per_step else "region",

@@ -122,7 +122,8 @@ TRAINING = _group(
     ("train_step_noisy", "", "step times spread too much to trust: IQR/median > 10%"),
     ("train_samples_per_s", "samples/s", "training throughput: samples over the summed timed step times"),
     ("data_wait_s_total", "s", "time the timed steps waited for their batch"),
-    ("data_wait_fraction", "", "share of the timed training time spent waiting for data"),
+    ("data_wait_fraction", "", "share of the timed training region's wall time (host clock, from the first "
+                               "timed step to the synchronized end) spent waiting for data"),
     ("epoch_s", "s", "median time of a full epoch, data pipeline included (a compiled variant's first epoch, which "
                      "compiles, is left out)"),
     ("epoch_s_iqr", "s", "interquartile range of the epoch times"),
