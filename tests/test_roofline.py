@@ -173,6 +173,9 @@ def test_datasheet_figures_are_dense_not_sparse() -> None:
     ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
     ("NVIDIA GeForce GTX 1660 Ti", "NVIDIA GeForce GTX 1660 Ti"),
     ("Apple M2", "Apple M2"),
+    ("NVIDIA H100 PCIe", "NVIDIA H100 (PCIe)"),
+    ("NVIDIA A100 80GB PCIe", "NVIDIA A100 (PCIe 80GB)"),
+    ("NVIDIA A10", "NVIDIA A10"),
 ])
 def test_datasheet_for_matches_torch_device_names(torch_name: str, key: str) -> None:
     entry = rl.datasheet_for(torch_name)
@@ -181,7 +184,8 @@ def test_datasheet_for_matches_torch_device_names(torch_name: str, key: str) -> 
 
 
 @pytest.mark.parametrize("torch_name", [
-    "Some Unknown Accelerator", "AMD EPYC", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB",
+    "Some Unknown Accelerator", "AMD EPYC", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB",
+    "NVIDIA A10G",
     "NVIDIA L40S", "NVIDIA GeForce RTX 3090 Ti", "Apple M1 Max",
     "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb",  # a slice is not the part
 ])

@@ -35,6 +35,21 @@ DATASHEET: dict[str, dict[str, Any]] = {
         "bandwidth_bytes_per_s": 2039 * GIGA,
         "source": "vendor datasheet (NVIDIA A100 datasheet, SXM4 80GB; dense tensor-core figures)",
     },
+    "NVIDIA A100 (PCIe 80GB)": {
+        "peak_flops_per_s": {"fp32": 19.5 * TERA, "tf32": 156 * TERA, "fp16": 312 * TERA, "bf16": 312 * TERA},
+        "bandwidth_bytes_per_s": 1935 * GIGA,
+        "source": "vendor datasheet (NVIDIA A100 datasheet, PCIe 80GB; dense tensor-core figures)",
+    },
+    "NVIDIA A10": {
+        "peak_flops_per_s": {"fp32": 31.2 * TERA, "tf32": 62.5 * TERA, "fp16": 125 * TERA, "bf16": 125 * TERA},
+        "bandwidth_bytes_per_s": 600 * GIGA,
+        "source": "vendor datasheet (NVIDIA A10 datasheet; dense = half the sparsity figure)",
+    },
+    "NVIDIA H100 (PCIe)": {
+        "peak_flops_per_s": {"fp32": 51 * TERA, "tf32": 378 * TERA, "fp16": 756 * TERA, "bf16": 756 * TERA},
+        "bandwidth_bytes_per_s": 2.0 * TERA,
+        "source": "vendor datasheet (NVIDIA H100 datasheet, PCIe; dense = half the sparsity figure)",
+    },
     "NVIDIA H100 (SXM5)": {
         "peak_flops_per_s": {"fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA, "bf16": 989.4 * TERA},
         "bandwidth_bytes_per_s": 3.35 * TERA,
@@ -91,6 +106,9 @@ _DATASHEET_PATTERNS: dict[str, re.Pattern[str]] = {
     "NVIDIA P100 (PCIe 16GB)": re.compile(r"\bP100\b.*\bPCI-?E\b.*\b16\s?GB\b"),
     "NVIDIA V100 (SXM2)": re.compile(r"\bV100\b.*\bSXM2\b"),
     "NVIDIA A100 (SXM4 80GB)": re.compile(r"\bA100\b.*\bSXM4?\b.*\b80\s?GB\b"),
+    "NVIDIA A100 (PCIe 80GB)": re.compile(r"\bA100\b(?=.*\bPCIE\b)(?=.*\b80\s?GB\b)"),
+    "NVIDIA A10": re.compile(r"\bA10\b(?!\d)(?!G\b)"),
+    "NVIDIA H100 (PCIe)": re.compile(r"\bH100\b.*\bPCIE\b"),
     "NVIDIA H100 (SXM5)": re.compile(r"\bH100\b(?!.*\b(PCIE|NVL)\b)"),
     "NVIDIA H200 (SXM)": re.compile(r"\bH200\b(?!.*\b(NVL|PCIE)\b)"),
     "NVIDIA L4": re.compile(r"\bL4\b"),
