@@ -309,7 +309,9 @@ def test_cached_ceilings_of_another_device_or_torch_are_measured_again(tmp_path,
 
 def test_a_model_past_its_recompile_limit_is_reported_as_fallen_back():
     reset_compiler()
-    with torch._dynamo.config.patch(recompile_limit=1):
+    # torch 2.6 renamed dynamo's cache_size_limit to recompile_limit; the torch floor has the old name
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    with torch._dynamo.config.patch(**{limit: 1}):
         model = torch.compile(nn.Linear(4, 4), backend="eager", dynamic=False)
         for n in (1, 2, 3):
             model(torch.randn(n, 4))
