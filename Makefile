@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STUDY ?= params/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: install report screenshots test lint clean-reports
+.PHONY: install report screenshots test lint clean-reports floor-test
 
 install: $(VENV)/.benchlib-installed
 
@@ -37,3 +37,21 @@ lint: install
 
 clean-reports:
 	rm -rf reports/*/ reports/index.html
+
+# The oldest torch benchlib claims (pyproject.toml): a second environment with it, a smoke run and the
+# tests of the paths that differ between torch releases. Not part of `make test` (it downloads ~3 GB once).
+FLOOR_TORCH ?= 2.5.1
+FLOOR_VISION ?= 0.20.1
+FLOOR_VENV ?= .venv-floor
+FLOOR_TESTS ?= tests/test_one_step.py tests/test_variants.py tests/test_accelerator_paths.py tests/test_config.py \
+	tests/test_gpu_preflight.py tests/test_energy.py tests/test_timing.py tests/test_memory.py tests/test_quantize.py \
+	tests/test_flops.py tests/test_cli.py
+floor-test:
+	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	grep -v -E '^(torch|torchvision|triton|nvidia-|cuda-|sympy|mpmath|networkx|setuptools)' \
+		requirements/constraints.txt > $(FLOOR_VENV)/constraints.txt
+	printf 'torch==$(FLOOR_TORCH)\ntorchvision==$(FLOOR_VISION)\n' >> $(FLOOR_VENV)/constraints.txt
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -c $(FLOOR_VENV)/constraints.txt -e ".[dev]"
+	$(FLOOR_VENV)/bin/benchlib run --model resnet18 --data synthetic --batch-size 16 --steps 5 --no-save \
+		--set latency_repeats=6 --set latency_budget_s=0
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)

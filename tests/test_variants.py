@@ -315,3 +315,15 @@ def test_compile_on_cuda_matches_eager():
     with torch.no_grad(), backend_flags(v):
         assert torch.allclose(compiled(x), model(x), atol=1e-4)
     assert all(math.isfinite(loss) for loss in _cuda_train_losses(v))
+
+
+def test_autocast_on_mps_is_skipped_with_the_reason_below_torch_2_6(monkeypatch):
+    from benchlib.engine.knobs import unsupported_reason
+    from benchlib.spec.knobs import Knobs
+
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
+    reason = unsupported_reason(Knobs(precision="amp_fp16"), "mps", training=False)
+    assert reason == "autocast on MPS needs torch 2.6 or newer (this is 2.5.1+cpu); use fp32"
+    assert unsupported_reason(Knobs(), "mps", training=False) is None
+    monkeypatch.setattr(torch, "__version__", "2.14.1")
+    assert unsupported_reason(Knobs(precision="amp_fp16"), "mps", training=False) is None

@@ -9,6 +9,7 @@ caller derives ``compile_s`` from the warmup steps with :func:`compile_seconds`.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -35,6 +36,12 @@ def _inductor_cxx() -> str:
     return os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
 
 
+def _torch_release() -> tuple[int, int]:
+    """(major, minor) of the torch running: features benchlib uses arrived in different releases."""
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+    return major, minor
+
+
 def _precision_reason(v: Knobs, device: str, training: bool) -> str | None:
     device_type = device.split(":")[0]
     if v.precision == "amp_fp16":
@@ -49,6 +56,8 @@ def _precision_reason(v: Knobs, device: str, training: bool) -> str | None:
             return f"{device} has no native bf16 (needs compute capability 8.0+); use amp_fp16"
         if device_type == "mps" and not bf16_supported("mps"):
             return "bf16 on MPS needs macOS 14 or newer; use amp_fp16 or fp32"
+    if v.precision in _AUTOCAST_DTYPES and device_type == "mps" and _torch_release() < (2, 6):
+        return f"autocast on MPS needs torch 2.6 or newer (this is {torch.__version__}); use fp32"
     return None
 
 
@@ -167,12 +176,43 @@ class CompileReport:
     reason: str | None
 
 
+# dynamo's config names of the limits past which a code object is not compiled again and runs eager
+DYNAMO_LIMITS = frozenset({"recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                           "accumulated_cache_size_limit"})
+
+
+class _RecompileLimitHits(logging.Handler):
+    """Dynamo's warning that a code object hit its recompile limit, after which it runs eager, silently.
+
+    Every supported torch logs it from ``torch._dynamo.convert_frame`` with the limit's config name as the
+    record's first argument (``cache_size_limit`` before torch 2.6, ``recompile_limit`` after); dynamo's
+    counters name it only in later versions. The arguments are read, not the message's wording.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if args and args[0] in DYNAMO_LIMITS:
+            limit = f" ({args[1]})" if len(args) > 1 else ""
+            self.hits.append(f"dynamo hit config.{args[0]}{limit}: the code object runs eager from there")
+
+
+_LIMIT_HITS = _RecompileLimitHits()
+
+
 def reset_compiler() -> None:
     """Forget every compiled graph and dynamo's counters, so each configuration compiles (and counts) afresh."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
         dynamo.reset()
         dynamo.utils.counters.clear()
+    _LIMIT_HITS.hits.clear()
+    watched = logging.getLogger("torch._dynamo.convert_frame")
+    if _LIMIT_HITS not in watched.handlers:
+        watched.addHandler(_LIMIT_HITS)
 
 
 def compile_report() -> CompileReport:
@@ -181,7 +221,8 @@ def compile_report() -> CompileReport:
 
     unimplemented = [k.splitlines()[0] for k in counters["unimplemented"]]
     frames = counters["frames"]
-    gave_up = [u for u in unimplemented if "recompile limit" in u.lower() or "cache size limit" in u.lower()]
+    gave_up = [*_LIMIT_HITS.hits,
+               *(u for u in unimplemented if "recompile limit" in u.lower() or "cache size limit" in u.lower())]
     fell_back = bool(gave_up) or frames.get("ok", 0) == 0
     reason = gave_up[0] if gave_up else ("no frame compiled" if frames.get("ok", 0) == 0 else None)
     return CompileReport(int(counters["stats"].get("unique_graphs", 0)), int(sum(counters["graph_break"].values())),
