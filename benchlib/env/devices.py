@@ -9,6 +9,7 @@ import torch
 
 from ..errors import DeviceNotPresentError
 from ..spec.vocab import HARDWARE_CHOICES, cuda_index, is_valid_hardware_name
+from .gpu import TF32_BF16_CAPABILITY
 
 
 def available_hardware() -> list[str]:
@@ -94,7 +95,7 @@ def _cuda_bf16_supported(index: int) -> bool:
     """Native bf16 on ``cuda:index`` (capability 8.0+), asked of that device, not of the current one."""
     if not torch.cuda.is_available():
         return True  # cannot check without the device: let the run decide
-    return torch.cuda.get_device_capability(index) >= (8, 0)
+    return torch.cuda.get_device_capability(index) >= TF32_BF16_CAPABILITY
 
 
 def _mps_bf16_supported() -> bool:

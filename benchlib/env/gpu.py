@@ -18,6 +18,13 @@ MIN_COPY_BYTES = 256 * 2**20
 # The share of the free memory the ceilings' buffers may take: the caching allocator, cuBLAS workspaces
 # and fragmentation need the rest.
 FREE_SHARE = 0.5
+# TF32 tensor cores and native bf16 start at this compute capability (Ampere): the one place it is stated.
+TF32_BF16_CAPABILITY = (8, 0)
+
+
+def is_mig_name(name: str) -> bool:
+    """Whether a device name is a MIG slice's (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``): a fraction of a GPU."""
+    return " MIG " in f" {' '.join(name.upper().split())} "
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ class GpuFacts:
     @property
     def mig(self) -> bool:
         """A MIG slice (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``): a fraction of the GPU's SMs and memory."""
-        return " MIG " in f" {self.name} "
+        return is_mig_name(self.name)
 
     @property
     def form(self) -> str:
@@ -99,7 +106,7 @@ def arch_problem(gpu: GpuFacts, arch_list: list[str] | None = None) -> str | Non
 
 def precision_problem(gpu: GpuFacts, precision: str) -> str | None:
     """Why ``precision`` (``bf16``, ``amp_bf16``, ``tf32``) has no native support on ``gpu`` (None when it has)."""
-    if precision in ("bf16", "amp_bf16", "tf32") and gpu.capability < (8, 0):
+    if precision in ("bf16", "amp_bf16", "tf32") and gpu.capability < TF32_BF16_CAPABILITY:
         what = "TF32 tensor cores" if precision == "tf32" else "native bf16"
         instead = "fp32 (TF32 off)" if precision == "tf32" else "amp_fp16"
         return f"{gpu.label()} has no {what} (needs compute capability 8.0+); use {instead}"
@@ -141,4 +148,4 @@ def matmul_size_for(gpu: GpuFacts, wanted: int, element_bytes: int) -> int:
 def tf32_in_effect(device: torch.device) -> bool:
     """Whether the TF32 flags change anything on ``device``: CUDA with tensor cores of capability 8.0+ (on a T4
     or a V100 the flag is accepted and matmuls stay fp32, so the row's roof must be fp32's)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= (8, 0)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= TF32_BF16_CAPABILITY

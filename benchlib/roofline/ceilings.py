@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..env.devices import bf16_supported, device_name, resolve_hardware, synchronize
-from ..env.gpu import copy_bytes_for, gpu_facts, matmul_size_for
+from ..env.gpu import copy_bytes_for, gpu_facts, matmul_size_for, tf32_in_effect
 from ..env.manifest import driver_version
 from ..env.threads import usable_cpu_ids
 from ..instruments import interference
@@ -153,7 +153,7 @@ def _dtype_unsupported_reason(dtype_name: str, device: torch.device) -> str | No
         return f"unknown dtype '{dtype_name}' (known: {', '.join(_TORCH_DTYPES)})"
     if dtype_name == "tf32" and device.type != "cuda":
         return "tf32 is a CUDA tensor-core mode"
-    if dtype_name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
+    if dtype_name == "tf32" and not tf32_in_effect(device):
         return f"tf32 needs compute capability 8.0+ on {device} (it would silently measure fp32)"
     if dtype_name == "bf16" and not bf16_supported(device):
         return f"no native bf16 on this {device.type} (it would measure slow emulation, a roof no variant runs under)"

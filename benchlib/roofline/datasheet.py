@@ -11,6 +11,8 @@ import json
 import re
 from typing import Any
 
+from ..env.gpu import is_mig_name
+
 TERA = 1e12
 GIGA = 1e9
 
@@ -128,7 +130,7 @@ def datasheet_for(device_name: str) -> dict[str, Any] | None:
     The returned copy carries ``"name"`` (the DATASHEET key) so a plot can label the roof it draws.
     """
     text = " ".join(device_name.replace("_", " ").split()).upper()
-    if " MIG " in f" {text} ":  # a MIG slice has a fraction of the part's SMs and bandwidth: no sheet states it
+    if is_mig_name(text):  # a MIG slice has a fraction of the part's SMs and bandwidth: no sheet states it
         return None
     for key, entry in DATASHEET.items():
         pattern = _DATASHEET_PATTERNS.get(key)
