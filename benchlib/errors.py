@@ -80,5 +80,16 @@ class MemoryCeilingError(MeasurementOutcome, MemoryError):
     status = "oom"
 
 
+class RankFailed(MeasurementOutcome):
+    """Another data-parallel rank failed: this one stops too, its row naming that rank and its error.
+
+    ``status`` is the failed rank's own (``oom`` when it ran out of memory, ...).
+    """
+
+    def __init__(self, message: str, status: str = "failed") -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class InjectedFault(RuntimeError):
     """Raised by the ``raise`` fault of a drill (``BENCHLIB_FAULT``): a pair notebook that errors."""

@@ -1,4 +1,5 @@
-"""The one fake layer for what this CPU machine lacks: CUDA devices as torch reports them, and NVML.
+"""The one fake layer for what this CPU machine lacks: CUDA devices as torch reports them, NVML, and the
+process group torchrun sets up (its key-value store and the collectives benchlib calls).
 
 Tests of the GPU path run here without a GPU, so they see only what benchlib asks of torch and NVML: how
 many devices, each one's name, compute capability, memory and UUID, the architectures the build carries,
@@ -8,11 +9,14 @@ here are a part's published shape (name, capability, memory) or round test value
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime
+import time
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pynvml
 import torch
+import torch.distributed as dist
 
 GIB = 2**30
 # torch 2.14.1's CUDA 13 wheels, as `torch.cuda.get_arch_list()` prints them (kernels from sm_75 on).
@@ -119,3 +123,90 @@ class FakeNvml:
         monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda h: 7 if h.index == gpu else 0)
         monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", mig_handle)
         return self
+
+
+class FakeStore:
+    """torchrun's key-value store as every rank sees it (one dict, shared by the ranks a test plays)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str | bytes) -> None:
+        self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def add(self, key: str, amount: int) -> int:
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta) -> None:
+        deadline = time.monotonic() + timeout.total_seconds()
+        while not self.check(keys):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Socket Timeout: wait for {keys}")  # what DistStoreError says (a RuntimeError)
+            time.sleep(0.01)
+
+
+@dataclass
+class FakeProcessGroup:
+    """One rank of a group torchrun launched: its environment, and ``torch.distributed`` answering as that rank.
+
+    ``calls`` records what was asked of the group (init's arguments, the collectives) so a test sees what a
+    real NCCL or gloo group would have been asked; collectives return this rank's own values, as a group
+    whose other ranks agree would.
+    """
+
+    rank: int = 0
+    world_size: int = 2
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    store: FakeStore = field(default_factory=FakeStore)
+    calls: list[tuple[str, dict]] = field(default_factory=list)
+    initialized: bool = False
+
+    def install(self, monkeypatch) -> FakeProcessGroup:
+        local = self.rank if self.local_rank is None else self.local_rank
+        for key, value in {"WORLD_SIZE": self.world_size, "RANK": self.rank, "LOCAL_RANK": local,
+                           "LOCAL_WORLD_SIZE": self.local_world_size or self.world_size,
+                           "MASTER_ADDR": "fake-host", "MASTER_PORT": 29500}.items():
+            monkeypatch.setenv(key, str(value))
+
+        def init_process_group(backend=None, **kwargs):
+            self.calls.append(("init_process_group", {"backend": backend, **kwargs}))
+            self.initialized = True
+
+        def record(name):
+            def call(*args, **kwargs):
+                self.calls.append((name, {"args": args, **kwargs}))
+            return call
+
+        def all_gather(out, tensor, **kwargs):
+            self.calls.append(("all_gather", kwargs))
+            for t in out:
+                t.copy_(tensor)
+
+        def all_gather_object(out, obj, **kwargs):
+            self.calls.append(("all_gather_object", kwargs))
+            out[:] = [obj] * len(out)
+
+        monkeypatch.setattr(dist, "init_process_group", init_process_group)
+        monkeypatch.setattr(dist, "is_initialized", lambda: self.initialized)
+        monkeypatch.setattr(dist, "get_rank", lambda group=None: self.rank)
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: self.world_size)
+        monkeypatch.setattr(dist, "all_reduce", record("all_reduce"))
+        monkeypatch.setattr(dist, "barrier", record("barrier"))
+        monkeypatch.setattr(dist, "all_gather", all_gather)
+        monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+        monkeypatch.setattr(dist, "destroy_process_group", lambda group=None: setattr(self, "initialized", False))
+        monkeypatch.setattr(dist, "TCPStore", lambda host, port, **kwargs: self.store)
+        monkeypatch.setattr(torch.cuda, "set_device", record("cuda.set_device"))
+        return self
+
+    def called(self, name: str) -> list[dict]:
+        return [kwargs for n, kwargs in self.calls if n == name]

@@ -61,12 +61,15 @@ def test_nccl_two_gpus(tmp_path):
 
 
 @pytest.mark.notebook
-def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path):
-    """Rank 1 fails in set-up; rank 0 does not wait for it in a collective: both end, rank 0 records why."""
+@pytest.mark.parametrize("fault, rank", [("setup", "1"), ("step", "1"), ("step", "0")],
+                         ids=["rank1-in-setup", "rank1-mid-training", "rank0-mid-training"])
+def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path, fault, rank):
+    """One rank fails (in set-up, or inside training while the other waits in DDP's all-reduce): no rank waits
+    out the collective timeout, the job ends non-zero, and rank 0 writes one row naming the failed rank."""
     import os
     import time
 
-    env = {**os.environ, "BENCHLIB_FAULT": "setup@resnet18", "BENCHLIB_FAULT_RANK": "1",
+    env = {**os.environ, "BENCHLIB_FAULT": f"{fault}@resnet18", "BENCHLIB_FAULT_RANK": rank,
            "BENCHLIB_DIST_TIMEOUT_S": "120"}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(tmp_path),
@@ -75,4 +78,7 @@ def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path):
     assert proc.returncode != 0
     rows = read_results([tmp_path])
     assert len(rows) == 1 and rows.loc[0, "status"] == "failed"
-    assert "another data-parallel rank failed" in rows.loc[0, "error"]
+    error = rows.loc[0, "error"]
+    assert f"on rank {rank}" in error and "InjectedFault" in error
+    if rank != "0":
+        assert error.startswith(f"RankFailed: another data-parallel rank failed: rank {rank} of 2 on ")

@@ -38,11 +38,13 @@ def launched_by_torchrun() -> bool:
 
 
 TIMEOUT_ENV = "BENCHLIB_DIST_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 300.0  # a rank that failed leaves the others waiting in a collective at most this long
+# A rank that raises tells the others at once (env/rank_watch.py); this bounds the wait for one that hangs or
+# whose node died without a word: the others give up on a collective after this long.
+DEFAULT_TIMEOUT_S = 300.0
 
 
 def timeout() -> datetime.timedelta:
-    """How long a collective may wait for a rank before every rank gives up ($BENCHLIB_DIST_TIMEOUT_S)."""
+    """How long a collective may wait for a silent rank before every rank gives up ($BENCHLIB_DIST_TIMEOUT_S)."""
     return datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
 
 
@@ -50,7 +52,7 @@ def init(device: torch.device) -> DistInfo | None:
     """Join the process group torchrun set up (None when not launched by torchrun).
 
     Each GPU rank binds its own device (``cuda:LOCAL_RANK``) before the group forms, and collectives
-    time out after :func:`timeout` instead of NCCL's ten minutes, so one failed rank does not hang the rest.
+    time out after :func:`timeout` instead of NCCL's ten minutes, so one silent rank does not hang the rest.
     """
     if not launched_by_torchrun():
         return None
@@ -74,16 +76,6 @@ def rank_device(hardware_device: torch.device, info: DistInfo | None) -> torch.d
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
     return hardware_device
-
-
-def all_ok(ok: bool, info: DistInfo | None) -> bool:
-    """True when every rank reports ok: a rank that failed tells the others, who stop instead of waiting."""
-    if info is None:
-        return ok
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32,
-                        device=torch.device("cuda", info.local_rank) if info.backend == "nccl" else "cpu")
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
 
 
 def local_world_size() -> int:

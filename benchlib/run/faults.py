@@ -7,18 +7,24 @@ run_id contains TEXT then, before it is measured,
 - ``exit``: ends the process at once with status 137, as the kernel OOM killer does (a dead kernel),
 - ``setup``: raises while the configuration is set up, on data-parallel rank ``$BENCHLIB_FAULT_RANK``
   only (every rank when unset): one rank that fails while the others wait for it.
+- ``step``: raises when the training loop asks for its second batch, on rank ``$BENCHLIB_FAULT_RANK``
+  only (every rank when unset): one rank that fails mid-training while the others are inside a
+  gradient all-reduce.
 
 Nothing happens when the variable is unset. Used by ``tests/`` and ``benchmarks/fault_drill.sh``.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import InjectedFault
 
 ENV = "BENCHLIB_FAULT"
 RANK_ENV = "BENCHLIB_FAULT_RANK"
-ACTIONS = ("raise", "exit", "setup")
+ACTIONS = ("raise", "exit", "setup", "step")
+FAULT_AT_BATCH = 1  # the step fault: the second batch (the first step ran, DDP's buckets are built)
 
 
 def _armed(run_id: str, actions: tuple[str, ...]) -> str | None:
@@ -38,6 +44,37 @@ def maybe_inject(run_id: str) -> None:
 
 def maybe_inject_setup(run_id: str, rank: int) -> None:
     """While a configuration is set up: the ``setup`` fault, on one data-parallel rank or all."""
-    wanted = os.environ.get(RANK_ENV)
-    if _armed(run_id, ("setup",)) and (wanted is None or int(wanted) == rank):
+    if _armed(run_id, ("setup",)) and _rank_wanted(rank):
         raise InjectedFault(f"injected fault ({ENV}={os.environ[ENV]}) in the set-up of {run_id} on rank {rank}")
+
+
+def _rank_wanted(rank: int) -> bool:
+    wanted = os.environ.get(RANK_ENV)
+    return wanted is None or int(wanted) == rank
+
+
+class _FailingLoader:
+    """A training loader that raises when asked for batch :data:`FAULT_AT_BATCH` (everything else passes)."""
+
+    def __init__(self, loader: Any, message: str) -> None:
+        self._loader, self._message = loader, message
+
+    def __getattr__(self, name: str) -> Any:  # sampler, dataset, batch_size: the real loader's
+        return getattr(self._loader, name)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i, batch in enumerate(self._loader):
+            if i == FAULT_AT_BATCH:
+                raise InjectedFault(self._message)
+            yield batch
+
+
+def maybe_failing_loader(loader: Any, run_id: str, rank: int) -> Any:
+    """The training loader, or (the ``step`` fault, on its rank) one that fails mid-training."""
+    if _armed(run_id, ("step",)) and _rank_wanted(rank):
+        return _FailingLoader(loader, f"injected fault ({ENV}={os.environ[ENV]}) in training step "
+                                      f"{FAULT_AT_BATCH + 1} of {run_id} on rank {rank}")
+    return loader

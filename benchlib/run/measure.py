@@ -32,7 +32,9 @@ from ..engine.weights import WeightsPlan, load_weights, save_weights
 from ..env import distributed
 from ..env.devices import cuda_uuids, device_name, resolve_hardware
 from ..env.manifest import machine_name
+from ..env.rank_watch import RankWatch
 from ..env.threads import usable_cpu_ids
+from ..errors import RankFailed
 from ..instruments import interference
 from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
@@ -58,7 +60,8 @@ from .columns import (
     training_columns,
     work_columns,
 )
-from .faults import maybe_inject_setup
+from .faults import maybe_failing_loader, maybe_inject_setup
+from .outcome import failure_status
 
 ProgressFn = Callable[[str], None]
 _CALIBRATION_BATCHES = 8
@@ -116,7 +119,8 @@ def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> 
 
 def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn | None = None,
             ceilings: Ceilings | None = None, weights: WeightsPlan | None = None,
-            heartbeat: ProgressFn | None = None) -> Measurement | None:
+            heartbeat: ProgressFn | None = None,
+            on_peer_failure: Callable[[RankFailed], None] | None = None) -> Measurement | None:
     """Train, evaluate and time one configuration.
 
     With ``ceilings`` (this machine's measured roofline) the row also says where it sits under its roof.
@@ -132,6 +136,9 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     ``progress`` gets one line per phase (set-up, each epoch, evaluation, inference timing) and
     ``heartbeat`` the training step reached, for a terminal's status line.
 
+    Under torchrun a rank that fails tells the others through :class:`RankWatch`: they stop at once, and
+    rank 0 calls ``on_peer_failure`` with the failure (to record it) before its process ends.
+
     Raises:
         SkippedConfiguration: the variant cannot run on this device.
     """
@@ -139,9 +146,35 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     check_runs(cfg.settings, str(device))
     dist_info = distributed.init(device)
     device = distributed.rank_device(device, dist_info)
-    with configuration(device, cfg.settings):
-        return _measure(cfg, device, dist_info, machine=machine, progress=progress, ceilings=ceilings,
-                        weights=weights, heartbeat=heartbeat)
+    say = progress or (lambda _msg: None)
+    watch = RankWatch.launched(on_peer_failure or (lambda failure: say(f"{cfg.run_id}: stopping: {failure}")))
+    try:
+        if watch is not None:
+            watch.start()
+        with configuration(device, cfg.settings):
+            return _measure(cfg, device, dist_info, machine=machine, progress=progress, ceilings=ceilings,
+                            weights=weights, heartbeat=heartbeat)
+    except Exception as exc:
+        if watch is not None:
+            _tell_the_other_ranks(watch, exc)
+        raise
+    finally:
+        if watch is not None:
+            watch.stop()
+
+
+def _tell_the_other_ranks(watch: RankWatch, exc: Exception) -> None:
+    """This rank failed: the others stop at once (rank 0 first records the failure, or is told to by rank k).
+
+    An error that followed another rank's failure (a collective whose peer went away) is not a cause: that
+    rank's failure is handled instead, and this call does not return.
+    """
+    earlier = watch.peer_failure()
+    if earlier is not None:
+        watch.handle(earlier)
+    watch.post(exc, failure_status(exc))
+    if watch.rank != 0:
+        watch.wait_recorded()  # rank 0 writes the row naming this rank before torchrun ends the job
 
 
 def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.device,
@@ -193,16 +226,10 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     t_start = time.perf_counter()
     row.update(work_columns(cfg, num_classes(s), local_batch))  # counted before the memory window opens
     memory = PeakMemory(device).start()
-    try:  # no collective runs in here, so a rank that fails can tell the others at the check below
-        maybe_inject_setup(cfg.run_id, dist_info.rank if dist_info else 0)
-        built = build(cfg, device, local_batch, (dist_info.rank, world) if dist_info else (0, 1))
-        model, loaders, per_epoch = built.model, built.loaders, built.per_epoch
-        trained_by = load_weights(weights, model) if weights is not None and weights.load else None
-    except Exception:
-        distributed.all_ok(False, dist_info)  # the other ranks stop too instead of waiting in a collective
-        raise
-    if not distributed.all_ok(True, dist_info):
-        raise RuntimeError("another data-parallel rank failed while setting the configuration up")
+    maybe_inject_setup(cfg.run_id, dist_info.rank if dist_info else 0)
+    built = build(cfg, device, local_batch, (dist_info.rank, world) if dist_info else (0, 1))
+    model, loaders, per_epoch = built.model, built.loaders, built.per_epoch
+    trained_by = load_weights(weights, model) if weights is not None and weights.load else None
     train_net, infer_net = wrap(model, s, device, dist_info)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -222,16 +249,11 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         sampler.start()
         sampler.set_phase("train")
         trained = None
-        try:
-            if not trained_by:
-                trained = train(Trainer.of(train_net, model, s, device), loaders.train, s, per_epoch,
-                                progress=progress, heartbeat=heartbeat,
-                                at_timed_start=lambda: timed_start.append(meter.read()))
-        except Exception:
-            distributed.all_ok(False, dist_info)  # the other ranks stop too instead of waiting in a collective
-            raise
-        if not distributed.all_ok(True, dist_info):
-            raise RuntimeError("another data-parallel rank failed during training")
+        if not trained_by:
+            trained = train(Trainer.of(train_net, model, s, device),
+                            maybe_failing_loader(loaders.train, cfg.run_id, dist_info.rank if dist_info else 0),
+                            s, per_epoch, progress=progress, heartbeat=heartbeat,
+                            at_timed_start=lambda: timed_start.append(meter.read()))
         e_train1 = meter.read()
         in_sync = distributed.weights_in_sync(model, dist_info)
         if dist_info is not None and not dist_info.is_main:

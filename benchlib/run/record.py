@@ -24,6 +24,7 @@ import torch
 from ..engine.weights import WeightsPlan, plan_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
+from ..errors import RankFailed
 from ..instruments.run_to_run import floor_pcts
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..roofline.ceilings import Ceilings
@@ -65,8 +66,15 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
         write_manifest(layout, manifest, mid)
     try:
         ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware), progress) if main_rank else None
+
+        def record_peer_failure(failure: RankFailed) -> None:  # rank 0, told by its watch: the row names the rank
+            row = {**failure_row(cfg, failure, manifest["machine"]), "manifest_id": mid}
+            write_row(layout, row, {})
+            if progress:
+                progress(f"{cfg.run_id}: {row['status']}: {failure}")
+
         measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, weights=weights,
-                           heartbeat=heartbeat)
+                           heartbeat=heartbeat, on_peer_failure=record_peer_failure if main_rank else None)
         if measured is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
         row, samples, telemetry = measured.row, measured.samples, measured.telemetry

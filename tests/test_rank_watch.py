@@ -1,0 +1,123 @@
+"""A failed data-parallel rank stops the others at once, with its reason (the fake store and process group)."""
+from __future__ import annotations
+
+import datetime
+import threading
+
+import pytest
+import torch
+
+from benchlib.env import distributed
+from benchlib.env.rank_watch import RECORDED_KEY, RankWatch
+from benchlib.errors import ConfigError, RankFailed
+from tests.fakes import A100_SXM, T4, FakeProcessGroup, FakeStore, fake_cuda
+
+
+class Ended(Exception):
+    """What the fake ``end_process`` raises instead of ending the test's process."""
+
+
+def _end(code: int) -> None:
+    raise Ended(code)
+
+
+def _watch(store: FakeStore, rank: int, seen: list[RankFailed], world_size: int = 2, **kwargs) -> RankWatch:
+    return RankWatch(store, rank, world_size, seen.append, end_process=_end, **kwargs)
+
+
+def test_nothing_posted_nothing_seen_and_a_rank_ignores_its_own_failure():
+    store, seen = FakeStore(), []
+    rank0, rank1 = _watch(store, 0, seen), _watch(store, 1, seen)
+    assert rank0.peer_failure() is None and rank1.peer_failure() is None
+    rank1.post(RuntimeError("boom\nsecond line"))
+    assert rank1.peer_failure() is None, "its own failure is not another rank's"
+    failure = rank0.peer_failure()
+    assert isinstance(failure, RankFailed) and failure.status == "failed"
+    assert str(failure).startswith("another data-parallel rank failed: rank 1 of 2 on ")
+    assert str(failure).endswith(": RuntimeError: boom"), "one line"
+
+
+def test_the_failed_rank_status_carries_over():
+    store, seen = FakeStore(), []
+    _watch(store, 3, seen, world_size=4).post(torch.OutOfMemoryError("CUDA out of memory"), "oom")
+    failure = _watch(store, 0, seen, world_size=4).peer_failure()
+    assert failure is not None and failure.status == "oom" and "rank 3 of 4" in str(failure)
+
+
+def test_rank_zero_records_then_ends_and_tells_the_failed_rank_it_may_go():
+    store, seen = FakeStore(), []
+    failed = _watch(store, 1, seen)
+    failed.post(ValueError("bad batch"))
+    rank0 = _watch(store, 0, seen)
+    with pytest.raises(Ended, match="1"):
+        rank0.handle(rank0.peer_failure())
+    assert len(seen) == 1 and "ValueError: bad batch" in str(seen[0])
+    assert failed.wait_recorded(timeout_s=0.1), "rank 0 said the row is written"
+
+
+def test_a_failed_rank_waits_for_rank_zero_a_bounded_time():
+    assert _watch(FakeStore(), 1, []).wait_recorded(timeout_s=0.05) is False
+
+
+def test_other_ranks_end_without_writing_the_recorded_key():
+    store, seen = FakeStore(), []
+    _watch(store, 0, seen).post(RuntimeError("eval failed"))
+    rank1 = _watch(store, 1, seen)
+    with pytest.raises(Ended):
+        rank1.handle(rank1.peer_failure())
+    assert RECORDED_KEY not in store.data and len(seen) == 1
+
+
+def test_the_watch_thread_acts_while_the_main_thread_is_blocked():
+    """The main thread sits in a collective that never returns; the watch still stops the rank."""
+    store, seen = FakeStore(), []
+    ended = threading.Event()
+
+    def end(code: int) -> None:
+        ended.set()
+
+    watch = RankWatch(store, 0, 2, seen.append, poll_s=0.01, end_process=end).start()
+    try:
+        assert not ended.wait(0.05), "nothing posted: the watch waits"
+        _watch(store, 1, []).post(RuntimeError("step 2"))
+        assert ended.wait(5), "the watch ended the rank"
+        assert len(seen) == 1 and store.data[RECORDED_KEY] == b"1"
+    finally:
+        watch.stop()
+
+
+def test_launched_connects_to_torchrun_store_only_under_torchrun(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert RankWatch.launched(lambda f: None) is None
+    group = FakeProcessGroup(rank=1, world_size=4).install(monkeypatch)
+    watch = RankWatch.launched(lambda f: None)
+    assert watch is not None and watch.store is group.store and (watch.rank, watch.world_size) == (1, 4)
+
+
+def test_gpu_ranks_bind_their_own_device_and_time_out(monkeypatch):
+    fake_cuda(monkeypatch, A100_SXM, A100_SXM)
+    group = FakeProcessGroup(rank=1, world_size=2).install(monkeypatch)
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "42")
+    info = distributed.init(torch.device("cuda"))
+    assert info == distributed.DistInfo(rank=1, local_rank=1, world_size=2, backend="nccl")
+    (init,) = group.called("init_process_group")
+    assert init["backend"] == "nccl" and init["device_id"] == torch.device("cuda", 1)
+    assert init["timeout"] == datetime.timedelta(seconds=42)
+    assert group.called("cuda.set_device")[0]["args"] == (1,), "bound before the group forms"
+    assert distributed.rank_device(torch.device("cuda"), info) == torch.device("cuda", 1)
+
+
+def test_cpu_ranks_use_gloo_and_a_fixed_gpu_index_is_refused(monkeypatch):
+    fake_cuda(monkeypatch, T4, T4)
+    group = FakeProcessGroup(rank=0, world_size=2).install(monkeypatch)
+    info = distributed.init(torch.device("cpu"))
+    assert info is not None and info.backend == "gloo" and "device_id" not in group.called("init_process_group")[0]
+    with pytest.raises(ConfigError, match="each process takes cuda:LOCAL_RANK"):
+        distributed.init(torch.device("cuda", 1))
+
+
+def test_weights_in_sync_and_peers_through_the_group(monkeypatch):
+    FakeProcessGroup(rank=0, world_size=2, local_world_size=2).install(monkeypatch)
+    info = distributed.DistInfo(0, 0, 2, "gloo")
+    assert distributed.weights_in_sync(torch.nn.Linear(2, 2), info) is True
+    assert distributed.local_peer_pids(info) == [], "the fake's other rank is this very process"
