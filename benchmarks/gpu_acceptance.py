@@ -47,9 +47,11 @@ from benchlib.instruments.energy import EnergyMeter
 from benchlib.instruments.nvml import NvmlDevices, normal_uuid, pynvml
 from benchlib.instruments.telemetry import TelemetrySampler
 from benchlib.instruments.timing import Samples, StepTimer
+from benchlib.nets.memory_floor import training_floor_bytes
 from benchlib.nets.models import build_model
 from benchlib.roofline.ceilings import measure_ceilings
 from benchlib.roofline.datasheet import datasheet_for
+from benchlib.run.columns import ACTIVATION_DTYPES
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig, RunSettings
 
@@ -196,6 +198,14 @@ def judge_scaler(scale: float, updated_steps: int, steps: int) -> Check:
                  f">= 1 of {steps} with a finite scale", ok, f"scale {scale:g}")
 
 
+def judge_memory_floor(floor_bytes: float, peak_bytes: int) -> Check:
+    """The preflight's training-memory floor is a floor: a real step's allocated peak is at or above it
+    (below it, the preflight could refuse a batch that runs)."""
+    ratio = peak_bytes / floor_bytes if floor_bytes > 0 else math.nan
+    return Check("allocated training peak / preflight floor", ratio, "ratio", ">= 1", ratio >= 1,
+                 f"peak {peak_bytes / 2**20:.0f} MiB, floor {floor_bytes / 2**20:.0f} MiB")
+
+
 # ---------------------------------------------------------------- the checks
 
 def check_step_timer(ctx: Context) -> list[Check]:
@@ -265,6 +275,27 @@ def check_memory_isolation(ctx: Context) -> list[Check]:
     ratio = in_process / fresh if fresh else math.nan
     return [Check(f"reserved peak of batch {small} after batch {big} / fresh process", ratio, "ratio", "0.9-1.1",
                   0.9 <= ratio <= 1.1, f"{in_process / 2**20:.0f} MiB in process, {fresh / 2**20:.0f} MiB fresh")]
+
+
+def check_memory_floor(ctx: Context) -> list[Check]:
+    """A few fp32 and fp16 training steps: the allocator's peak against ``nets/memory_floor.py``'s floor."""
+    if not ctx.cuda:
+        return [Check("allocated training peak / preflight floor", None, "", "needs CUDA", None, "skipped")]
+    out = []
+    for precision in ("fp32", "amp_fp16"):
+        fresh_state(ctx.device)
+        t, x, y = _trainer(ctx, precision=precision)
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+        for _ in range(3):
+            train_step(t, x, y)
+        synchronize(ctx.device)
+        peak = torch.cuda.max_memory_allocated(ctx.device)
+        floor = training_floor_bytes(ctx.sizes.model, ctx.sizes.image_px, 1000, ctx.sizes.batch,
+                                     ACTIVATION_DTYPES[precision].itemsize)
+        check = judge_memory_floor(floor, peak)
+        out.append(replace(check, name=f"{check.name} ({precision})"))
+        del t, x, y
+    return out
 
 
 def check_no_sync_in_steps(ctx: Context) -> list[Check]:
@@ -488,7 +519,8 @@ def check_timm(ctx: Context) -> list[Check]:
 
 
 CHECKS: list[Callable[[Context], list[Check]]] = [
-    check_step_timer, check_ceilings, check_memory_isolation, check_no_sync_in_steps, check_amp, check_channels_last,
+    check_step_timer, check_ceilings, check_memory_isolation, check_memory_floor, check_no_sync_in_steps, check_amp,
+    check_channels_last,
     check_compile, check_telemetry, check_latency, check_timm,
 ]
 

@@ -73,3 +73,5 @@ def test_the_step_timer_nhwc_uuid_and_scaler_judgements_can_fail(acceptance):
     assert acceptance.judge_scaler(65536.0, 0, 10).passed is False, "every step skipped: weights never moved"
     assert acceptance.judge_scaler(float("inf"), 1, 10).passed is False
     assert acceptance.judge_scaler(32768.0, 1, 10).passed is True
+    assert acceptance.judge_memory_floor(2e9, 1_500_000_000).passed is False, "a floor above the real peak"
+    assert acceptance.judge_memory_floor(2e9, 2_600_000_000).passed is True

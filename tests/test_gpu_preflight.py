@@ -1,7 +1,10 @@
 """The GPU path's checks before any work, on this CPU machine with the shared fake of torch.cuda (tests/fakes.py):
 kernels for the GPU's architecture, precisions asked of the row's own GPU, room for the ceilings' buffers,
-processes no more than GPUs, MIG and PCIe/SXM told apart. Each refusal is one line naming the GPU."""
+processes no more than GPUs, MIG and PCIe/SXM told apart, a largest batch whose memory floor fits the free
+memory (read through NVML, without a CUDA context). Each refusal is one line naming the GPU."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -137,3 +140,83 @@ def test_the_tf32_column_says_what_the_rows_own_gpu_did(monkeypatch):
     assert base_row(RunConfig("s", "cuda:1", "resnet18", 8, s), "m", torch.device("cuda", 1))["tf32"] is False
     assert base_row(RunConfig("s", "auto", "resnet18", 8, s), "m", torch.device("cpu"))["tf32"] is False
     assert base_row(RunConfig("s", "cuda", "resnet18", 8, s), "m")["tf32"] is True, "before it runs: as named"
+
+
+def _run_configs(batch: int, model: str = "resnet18", hardware: str = "cuda:0", **flat) -> list:
+    from benchlib.spec.settings import RunConfig
+
+    settings = RunSettings.of(dataset="synthetic", image_size=224, synthetic_classes=10, **flat)
+    return [RunConfig("s", hardware, model, b, settings) for b in (32, batch)]
+
+
+def test_saved_bytes_counts_what_autograd_keeps_each_storage_once():
+    """Conv -> in-place ReLU -> flatten -> Linear keeps the conv's input and the ReLU's output (the linear
+    layer's input is a view of it): (3 + 8) x 6 x 6 floats per sample, nothing of the weights."""
+    from benchlib.nets.memory_floor import saved_bytes
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(inplace=True), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 6 * 6, 4))
+    assert saved_bytes(net, torch.randn(5, 3, 6, 6)) == 5 * (3 + 8) * 6 * 6 * 4
+    frozen = torch.nn.Linear(8, 4).requires_grad_(False)
+    assert saved_bytes(frozen, torch.randn(5, 8)) == 0, "nothing trains: nothing is kept"
+
+
+def test_a_batch_whose_floor_exceeds_the_free_memory_is_refused_with_the_batch_that_fits(monkeypatch):
+    from benchlib.nets.memory_floor import training_floor_bytes
+    from benchlib.run.preflight import check_gpu_memory
+
+    fake_cuda(monkeypatch, T4)
+    check_gpu_memory(_run_configs(256), "s.yaml")  # 256 x ~21 MiB fits in 15 GiB
+    with pytest.raises(ConfigError) as exc:
+        check_gpu_memory(_run_configs(1024), "s.yaml")
+    said = str(exc.value)
+    assert said.startswith("s.yaml: key 'batch_sizes': cuda:0 (Tesla T4, sm_75) has 15.00 GiB free; training "
+                           "resnet18 at batch 1024 (224 px, fp32) holds at least ") and "\n" not in said, said
+    fits = int(said.split("allowed: batch sizes up to ")[1].split()[0])
+    assert training_floor_bytes("resnet18", 224, 10, fits, 4) <= T4.free_bytes
+    assert training_floor_bytes("resnet18", 224, 10, fits + 1, 4) > T4.free_bytes
+
+
+def test_the_floor_follows_precision_frozen_backbones_data_parallel_shares_and_compile(monkeypatch):
+    from benchlib.run.preflight import check_gpu_memory
+
+    fake_cuda(monkeypatch, T4)
+    check_gpu_memory(_run_configs(1024, precision="amp_fp16"), "s.yaml")  # half-width activations
+    check_gpu_memory(_run_configs(1024, pretrained=True, freeze_backbone=True), "s.yaml")  # only the head trains
+    check_gpu_memory(_run_configs(1024), "s.yaml", world_size=2)  # 512 per GPU
+    check_gpu_memory(_run_configs(1024, compile="default"), "s.yaml")  # the compiler may recompute: not judged
+    check_gpu_memory(_run_configs(1024, hardware="cpu"), "s.yaml")  # a CPU row: not a GPU's memory
+    with pytest.raises(ConfigError, match="at batch 1024 per GPU"):
+        check_gpu_memory(_run_configs(2048), "s.yaml", world_size=2)
+
+
+def test_free_memory_is_read_through_nvml_without_a_cuda_context(monkeypatch):
+    """A study's parent process checks the GPUs and then waits for hours: torch.cuda.mem_get_info would leave
+    a CUDA context on each GPU for all that time, so NVML (found by torch's UUID) answers instead."""
+    from fakes import FakeNvml
+
+    from benchlib.run.preflight import check_gpu_memory
+
+    fake_cuda(monkeypatch, T4)
+    nvml = FakeNvml().install(monkeypatch)
+    monkeypatch.setattr(nvml, "uuids", {0: "GPU-fake-0", 1: "GPU-aaa", 2: "GPU-bbb"})
+    import pynvml
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(free=int(0.5 * GIB), used=1))
+
+    def no_context(device=None):
+        raise AssertionError("mem_get_info creates a CUDA context")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_context)
+    with pytest.raises(ConfigError, match=r"has 0\.50 GiB free"):
+        check_gpu_memory(_run_configs(64), "s.yaml")
+
+
+def test_a_run_whose_batch_cannot_fit_is_refused_before_any_work(monkeypatch, capsys, tmp_path):
+    fake_cuda(monkeypatch, FakeGpu("Tesla T4", (7, 5), 15.0, free_gib=2.0))
+    code = main(["run", "--model", "resnet18", "--device", "cuda", "--batch-size", "512", "--data", "synthetic",
+                 "--image-size", "224", "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "command line: --batch-size: cuda:0 (Tesla T4, sm_75) has 2.00 GiB free" in err
+    assert not any(tmp_path.iterdir()), "nothing written"

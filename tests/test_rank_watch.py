@@ -6,11 +6,11 @@ import threading
 
 import pytest
 import torch
+from fakes import A100_SXM, T4, FakeProcessGroup, FakeStore, fake_cuda
 
 from benchlib.env import distributed
 from benchlib.env.rank_watch import RECORDED_KEY, RankWatch
 from benchlib.errors import ConfigError, RankFailed
-from tests.fakes import A100_SXM, T4, FakeProcessGroup, FakeStore, fake_cuda
 
 
 class Ended(Exception):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     from ..env.devices import resolve_hardware
     from ..env.distributed import launched_world_size
     from ..env.threads import apply_threads
-    from ..run.preflight import check_gpus, check_hardware, check_settings
+    from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
     from ..spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
     from ..spec.variants import apply_variant, parse_variant
     from ..spec.vocab import MODELS
@@ -63,8 +64,11 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     check_hardware([args.device], "command line", key="--device")
     check_gpus([resolve_hardware(args.device)], [settings], "command line", key="--device")
     check_settings(settings, [args.model], "command line")
+    cfg = RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
+    check_gpu_memory([dataclasses.replace(cfg, hardware=resolve_hardware(args.device))], "command line",
+                     world_size=cfg.world_size, key="--batch-size")
     apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
-    return RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
+    return cfg
 
 
 def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:

@@ -62,12 +62,14 @@ class GpuFacts:
         return f"cuda:{self.index} ({self.name}, {self.sm})"
 
 
-def gpu_facts(index: int) -> GpuFacts:
-    """Facts of ``cuda:index`` (free memory as the driver reports it now)."""
+def gpu_facts(index: int, free_bytes: int | None = None) -> GpuFacts:
+    """Facts of ``cuda:index``; its free memory as the driver reports it now unless ``free_bytes`` is given
+    (read elsewhere, e.g. through NVML: asking torch creates a CUDA context on the device)."""
     props = torch.cuda.get_device_properties(index)
-    free, total = torch.cuda.mem_get_info(index)
+    if free_bytes is None:
+        free_bytes = int(torch.cuda.mem_get_info(index)[0])
     return GpuFacts(index=index, name=str(props.name), capability=(int(props.major), int(props.minor)),
-                    total_bytes=int(total), free_bytes=int(free))
+                    total_bytes=int(props.total_memory), free_bytes=int(free_bytes))
 
 
 def _archs(prefix: str, arch_list: list[str]) -> list[tuple[int, int]]:

@@ -169,3 +169,18 @@ class NvmlDevices:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def free_bytes(uuid: str) -> int | None:
+    """Free memory of the GPU (or MIG slice) torch names ``uuid``, read through NVML; None where NVML cannot tell.
+
+    Unlike ``torch.cuda.mem_get_info`` it creates no CUDA context: a study's parent process, which only
+    checks the GPUs before its notebooks start, would otherwise hold a context's memory for hours.
+    """
+    with NvmlDevices(uuids=[uuid]) as devices:
+        if not devices.handles:
+            return None
+        try:
+            return int(pynvml.nvmlDeviceGetMemoryInfo(next(iter(devices.handles.values()))).free)
+        except pynvml.NVMLError:
+            return None

@@ -16,17 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from ..data.datasets import check_data_path, load_dataset
-from ..env.devices import resolve_hardware
-from ..env.gpu import arch_problem, copy_bytes_for, gpu_facts, precision_problem
+from ..engine.setup import num_classes
+from ..env.devices import cuda_uuids, resolve_hardware
+from ..env.gpu import GpuFacts, arch_problem, copy_bytes_for, gpu_facts, precision_problem
 from ..env.threads import usable_cpus
 from ..errors import BenchlibError, ConfigError
+from ..instruments.nvml import free_bytes
+from ..nets.memory_floor import largest_batch_within, training_floor_bytes
 from ..nets.models import check_weights_file, smallest_image_size
 from ..roofline.ceilings import DEFAULT_COPY_BYTES
-from ..spec.settings import RunSettings, setting_names, settings_from_mapping
+from ..spec.settings import RunConfig, RunSettings, setting_names, settings_from_mapping
 from ..spec.study import StudyConfig
 from ..spec.study import load_study as parse_study_file
 from ..spec.variants import apply_variant
 from ..spec.vocab import DATASETS_NEEDING_PATH
+from .columns import ACTIVATION_DTYPES
 
 # How far thread and worker counts may exceed the CPUs this process may use: scaling studies measure a
 # little past the cores; a thousand threads on two cores only load the machine for minutes.
@@ -71,7 +75,7 @@ def check_gpus(hardware: Sequence[str], settings: Sequence[RunSettings], where: 
         raise ConfigError(f"{where}: {processes} data-parallel processes need a GPU each; this machine has {count} "
                           f"({names}); allowed: --nproc-per-node 1..{count}")
     for h in dict.fromkeys(cuda):
-        gpu = gpu_facts(int(h.split(":")[1]) if ":" in h else 0)
+        gpu = _facts(h)
         problems = [arch_problem(gpu), *(precision_problem(gpu, p) for p in {s.knobs.precision for s in settings})]
         try:
             copy_bytes_for(gpu, DEFAULT_COPY_BYTES["cuda"])
@@ -80,6 +84,46 @@ def check_gpus(hardware: Sequence[str], settings: Sequence[RunSettings], where: 
         for problem in problems:
             if problem:
                 raise ConfigError(f"{where}: {key}: {problem}")
+
+
+def _facts(hardware: str) -> GpuFacts:
+    """A CUDA device's facts, its free memory read through NVML where it can be (no CUDA context here)."""
+    index = int(hardware.split(":")[1]) if ":" in hardware else 0
+    return gpu_facts(index, free_bytes=free_bytes(cuda_uuids([index])[0]))
+
+
+def check_gpu_memory(configs: Sequence[RunConfig], where: str, *, world_size: int = 1,
+                     key: str = "key 'batch_sizes'") -> None:
+    """Each CUDA training configuration's largest batch fits its GPU's free memory, by a floor that cannot
+    be beaten (weights and what autograd keeps for the backward pass: ``nets/memory_floor.py``).
+
+    Under ``world_size`` data-parallel processes each GPU holds its share of the batch. Compiled and
+    inference-only configurations are not judged (see the floor's docstring).
+    """
+    import torch
+
+    largest: dict[tuple, int] = {}
+    for c in configs:
+        k = c.settings.knobs
+        if c.hardware.split(":")[0] != "cuda" or not k.trains or k.compile != "off":
+            continue
+        shape = (c.hardware, c.model, c.settings.image_size, num_classes(c.settings), k.precision,
+                 c.settings.freeze_backbone)
+        largest[shape] = max(largest.get(shape, 0), -(-c.batch_size // world_size))
+    if not largest or not torch.cuda.is_available():
+        return
+    gpus = {h: _facts(h) for h in {shape[0] for shape in largest}}
+    for (hardware, model, image_size, classes, precision, head_only), batch in largest.items():
+        gpu, itemsize = gpus[hardware], ACTIVATION_DTYPES[precision].itemsize
+        need = training_floor_bytes(model, image_size, classes, batch, itemsize, head_only)
+        if need > gpu.free_bytes:
+            fits = largest_batch_within(model, image_size, classes, gpu.free_bytes, itemsize, head_only)
+            per = " per GPU" if world_size > 1 else ""
+            raise ConfigError(
+                f"{where}: {key}: {gpu.label()} has {gpu.free_bytes / 2**30:.2f} GiB free; training {model} at "
+                f"batch {batch}{per} ({image_size} px, {precision}) holds at least {need / 2**30:.2f} GiB (weights "
+                f"and what autograd keeps for the backward pass); allowed: batch sizes up to {fits}{per} on it, "
+                "or free the GPU (nvidia-smi shows who holds it)")
 
 
 def _cpu_bound(key: str, value: int | None, where: str) -> None:
@@ -157,6 +201,8 @@ def check_study(cfg: StudyConfig, *, check_devices: bool = True) -> None:
     check_settings(cfg.settings, cfg.models, cfg.source, dict(cfg.sweep))
     for v in cfg.variants:
         check_machine(apply_variant(cfg.settings, v), f"{cfg.source}: variant '{v.name}'")
+    if check_devices:
+        check_gpu_memory(cfg.all_configs(), cfg.source)
 
 
 def load_study(path: str | Path, *, check_devices: bool = True) -> StudyConfig:
