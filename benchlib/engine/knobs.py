@@ -219,10 +219,8 @@ def compile_report() -> CompileReport:
     """Dynamo's counters since :func:`reset_compiler`: a model past its recompile limit runs eager, silently."""
     from torch._dynamo.utils import counters
 
-    unimplemented = [k.splitlines()[0] for k in counters["unimplemented"]]
     frames = counters["frames"]
-    gave_up = [*_LIMIT_HITS.hits,
-               *(u for u in unimplemented if "recompile limit" in u.lower() or "cache size limit" in u.lower())]
+    gave_up = _LIMIT_HITS.hits
     fell_back = bool(gave_up) or frames.get("ok", 0) == 0
     reason = gave_up[0] if gave_up else ("no frame compiled" if frames.get("ok", 0) == 0 else None)
     return CompileReport(int(counters["stats"].get("unique_graphs", 0)), int(sum(counters["graph_break"].values())),
