@@ -45,7 +45,7 @@ FLOOR_VISION ?= 0.20.1
 FLOOR_VENV ?= .venv-floor
 FLOOR_TESTS ?= tests/test_one_step.py tests/test_variants.py tests/test_accelerator_paths.py tests/test_config.py \
 	tests/test_gpu_preflight.py tests/test_energy.py tests/test_timing.py tests/test_memory.py tests/test_quantize.py \
-	tests/test_flops.py tests/test_cli.py
+	tests/test_flops.py tests/test_cli.py tests/test_rank_watch.py
 floor-test:
 	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	grep -v -E '^(torch|torchvision|triton|nvidia-|cuda-|sympy|mpmath|networkx|setuptools)' \
