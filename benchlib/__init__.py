@@ -5,6 +5,7 @@ The public API, what the notebooks and scripts use. Names load on first use (PEP
 described in ``docs/architecture.md``.
 
     import benchlib as bl
+    df = bl.benchmark(my_net, batch_sizes=[32, 64])          # any nn.Module, timm:NAME or package.module:factory
     study = bl.load_study("params/default.yaml")            # validated, and checked against this machine
     rows = bl.run_pair(study.study, "cpu", "resnet18", [64], study.settings, "results/default")
     df = bl.read_results(["results/default"])
@@ -29,6 +30,8 @@ _API: dict[str, str] = {
     "load_study": "benchlib.run.preflight", "settings_from_params": "benchlib.run.preflight",
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
+    # one call on any model
+    "benchmark": "benchlib.run.benchmark", "register_model": "benchlib.nets.user_models",
     # measure and record
     "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measure", "record": "benchlib.run.record",
     "run_pair": "benchlib.run.record", "record_profile": "benchlib.run.profile", "tune_pair": "benchlib.run.tune",
@@ -48,6 +51,7 @@ __all__ = [
     "Variant",
     "__version__",
     "apply_threads",
+    "benchmark",
     "collect_manifest",
     "load_study",
     "measure",
@@ -57,6 +61,7 @@ __all__ = [
     "read_results",
     "record",
     "record_profile",
+    "register_model",
     "run_pair",
     "settings_from_params",
     "tune_pair",
@@ -65,7 +70,9 @@ __all__ = [
 if TYPE_CHECKING:
     from .env.manifest import collect_manifest
     from .env.threads import apply_threads
+    from .nets.user_models import register_model
     from .roofline.ceilings import Ceilings, measure_ceilings
+    from .run.benchmark import benchmark
     from .run.measure import Measurement, measure
     from .run.preflight import load_study, settings_from_params
     from .run.profile import record_profile

@@ -96,7 +96,8 @@ BAD_STUDIES = [
     ({**GOOD, "batch_sizes": ["big"]}, "key 'batch_sizes' has 'big' (str)"),
     ({**GOOD, "batch_sizes": []}, "key 'batch_sizes' is an empty list"),
     ({**GOOD, "batch_sizes": [16, 16]}, "lists a value twice"),
-    ({**GOOD, "models": ["resnet19"]}, "key 'models' has 'resnet19'; allowed: resnet18, resnet50"),
+    ({**GOOD, "models": ["resnet19"]},
+     "key 'models' has 'resnet19' (did you mean 'resnet18'?); allowed: a torchvision name"),
     ({**GOOD, "hardware": ["gpu"]}, "key 'hardware' has 'gpu'; allowed: cpu, cuda, cuda:N, mps, auto"),
     ({**GOOD, "hardware": ["cuda:7"]}, "hardware 'cuda:7' is not present on this machine; available:"),
     ({**GOOD, "dataset": "imagenet"}, "key 'dataset' is 'imagenet'; allowed: one of: digits, synthetic"),
@@ -174,7 +175,7 @@ def test_settings_types_are_coerced():
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["run", "--model", "vgg16"], "--model 'vgg16' is unknown; allowed: resnet18"),
+        (["run", "--model", "vgg16"], "--model 'vgg16' is unknown; allowed: a torchvision name (resnet18"),
         (["run", "--model", "resnet18", "--batch-size", "0"], "--batch-size 0; allowed: integers >= 1"),
         (["run", "--model", "resnet18", "--device", "cuda"], "hardware 'cuda' is not present"),
         (

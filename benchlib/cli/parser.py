@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..spec.variants import PRESETS
-from ..spec.vocab import DATASETS, HARDWARE_CHOICES, MODELS, OPTIMIZERS
+from ..spec.vocab import DATASETS, HARDWARE_CHOICES, MODEL_FORMS, OPTIMIZERS
 from . import cluster, results, single, studies
 
 DESCRIPTION = """\
@@ -45,7 +45,7 @@ def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--model", required=True, help=MODEL_FORMS.replace("%", "%%"))
     p.add_argument("--data", default="digits", help=f"data set: {', '.join(DATASETS)}")
     p.add_argument("--data-path", dest="data_path", metavar="DIR",
                    help="folder of a data set read from disk (cifar10, tinyimagenet, imagefolder)")
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=single.cmd_profile)
 
     p = _sub(sub, "flops", "count MACs, FLOPs (forward and training), bytes moved and intensity of a model")
-    p.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--model", required=True, help=MODEL_FORMS.replace("%", "%%"))
     p.add_argument("--image-size", type=int, default=224, metavar="PX", help="input side in pixels")
     p.add_argument("--batch-size", type=int, default=1, metavar="B", help="batch the bytes are counted at")
     p.add_argument("--num-classes", type=int, default=1000, metavar="K", help="classes of the head, >= 2")

@@ -44,7 +44,7 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
     from ..spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
     from ..spec.variants import apply_variant, parse_variant
-    from ..spec.vocab import MODELS
+    from ..spec.vocab import MODEL_FORMS, model_problem
 
     values: dict[str, Any] = {"dataset": args.data}
     for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
@@ -56,8 +56,8 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     settings = settings_from_mapping(values, "command line")
     if getattr(args, "variant", None):
         settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))
-    if args.model not in MODELS:
-        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
+    if model_problem(args.model):
+        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {MODEL_FORMS}")
     if args.batch_size < 1:
         raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
     check_batch_sizes([args.batch_size], settings, "command line")
@@ -201,10 +201,10 @@ def cmd_flops(args: argparse.Namespace) -> int:
 
     from ..nets.flops import complexity, layer_table
     from ..nets.models import build_model, smallest_image_size
-    from ..spec.vocab import MODELS
+    from ..spec.vocab import MODEL_FORMS, model_problem
 
-    if args.model not in MODELS:
-        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {', '.join(MODELS)}")
+    if model_problem(args.model):
+        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {MODEL_FORMS}")
     for flag, value, low in (("--image-size", args.image_size, 8), ("--batch-size", args.batch_size, 1),
                              ("--num-classes", args.num_classes, 2)):
         if value < low:

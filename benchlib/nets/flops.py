@@ -45,6 +45,7 @@ from .counters import (
     weight_numel,
 )
 from .models import build_model
+from .user_models import generation
 
 # torchvision model docs ("GFLOPS" column, which are MACs), ImageNet weights, 224x224, 1000 classes
 # (docs/measurement.md, "Work: MACs, FLOPs and bytes", says why MACs and FLOPs never share a name).
@@ -237,7 +238,8 @@ def with_activation_dtype(c: Complexity, dtype: torch.dtype) -> Complexity:
 
 
 @lru_cache(maxsize=64)
-def _counted_small_batch(model: str, image_size: int, num_classes: int, dtype: torch.dtype) -> Complexity:
+def _counted_small_batch(model: str, image_size: int, num_classes: int, dtype: torch.dtype,
+                         _generation: int) -> Complexity:  # a model registered again is counted again
     return complexity(model, image_size, batch_size=2, num_classes=num_classes, dtype=dtype)
 
 
@@ -248,5 +250,6 @@ def complexity_for_run(model: str, image_size: int, batch_size: int, num_classes
     Counting at a working batch of 64 at 224 px costs a minute of CPU per model; the per-sample counts
     are the same (see ``at_batch_size``). ``activation_dtype`` is the dtype autocast computes in.
     """
-    counted = at_batch_size(_counted_small_batch(model, image_size, num_classes, torch.float32), batch_size)
+    counted = at_batch_size(_counted_small_batch(model, image_size, num_classes, torch.float32, generation(model)),
+                            batch_size)
     return counted if activation_dtype == torch.float32 else with_activation_dtype(counted, activation_dtype)

@@ -21,6 +21,7 @@ from torch import nn
 
 from .counters import random_input, weight_numel
 from .models import build_model, head_parameters
+from .user_models import generation
 
 WEIGHT_ITEMSIZE = 4  # parameters and buffers stay float32 under autocast
 _COUNT_BATCHES = (2, 4)  # batch norm in train mode needs two samples; two points give the line
@@ -47,9 +48,14 @@ def saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
     return sum(storages.values())
 
 
-@lru_cache(maxsize=64)
 def saved_bytes_line(model: str, image_size: int, num_classes: int, head_only: bool = False) -> tuple[float, float]:
     """(bytes per sample, bytes per batch) autograd saves in float32 (only the head's when the backbone is frozen)."""
+    return _saved_bytes_line(model, image_size, num_classes, head_only, generation(model))
+
+
+@lru_cache(maxsize=64)
+def _saved_bytes_line(model: str, image_size: int, num_classes: int, head_only: bool,
+                      _generation: int) -> tuple[float, float]:  # a model registered again is counted again
     with torch.random.fork_rng(devices=[]):
         net = build_model(model, num_classes)
     for p in net.parameters():
@@ -63,8 +69,12 @@ def saved_bytes_line(model: str, image_size: int, num_classes: int, head_only: b
     return per_sample, max(0.0, s1 - b1 * per_sample)
 
 
-@lru_cache(maxsize=64)
 def weight_bytes(model: str, num_classes: int) -> int:
+    return _weight_bytes(model, num_classes, generation(model))
+
+
+@lru_cache(maxsize=64)
+def _weight_bytes(model: str, num_classes: int, _generation: int) -> int:
     with torch.random.fork_rng(devices=[]):
         return weight_numel(build_model(model, num_classes)) * WEIGHT_ITEMSIZE
 

@@ -1,4 +1,5 @@
-"""torchvision CNNs with their classifier head sized for the data set, and transfer learning.
+"""torchvision CNNs with their classifier head sized for the data set, and transfer learning; other models
+(a user's module, timm, an import path) through :mod:`benchlib.nets.user_models`.
 
 Pretrained weights go through torchvision's weights API and torch hub's cache; nothing is downloaded
 when the file is already cached or given as ``weights_path``.
@@ -15,7 +16,8 @@ import torchvision
 from torch import nn
 
 from ..errors import ConfigError, WeightsUnavailableError
-from ..spec.vocab import MODELS
+from ..spec.vocab import MODEL_FORMS, MODELS
+from .user_models import build_user_model, is_user_model
 
 
 def _head_of(model: nn.Module, name: str) -> tuple[nn.Module, str, nn.Module]:
@@ -109,7 +111,12 @@ def build_model(
     transfer-learning set-up of the cats-vs-dogs paper.
     """
     if name not in MODELS:
-        raise ConfigError(f"unknown model '{name}'; allowed: {', '.join(MODELS)}")
+        if not is_user_model(name):
+            raise ConfigError(f"unknown model '{name}'; allowed: {MODEL_FORMS}")
+        if pretrained or freeze_backbone:
+            raise ConfigError(f"model '{name}': pretrained and freeze_backbone are for the torchvision models "
+                              f"({', '.join(MODELS)}); give your own model its weights in its factory")
+        return build_user_model(name, num_classes)
     if freeze_backbone and not pretrained:
         raise ConfigError("freeze_backbone: true needs pretrained: true (a frozen random backbone learns nothing)")
     if not pretrained:
@@ -159,7 +166,12 @@ _PROBE_SIZES_PX = (8, 16, 24, 32, 40, 48, 64, 96, 128, 160, 224)
 
 @cache
 def smallest_image_size(name: str) -> int:
-    """The smallest square input (of a few probed sizes) the network takes: one forward pass of zeros on the CPU."""
+    """The smallest square input (of a few probed sizes) the network takes: one forward pass of zeros on the CPU.
+
+    1 for a model other than the torchvision ones: its own code says what it takes, when it runs.
+    """
+    if name not in MODELS:
+        return 1
     with torch.random.fork_rng(devices=[]):
         model = torchvision.models.get_model(name, weights=None, num_classes=10).eval()
     for size in _PROBE_SIZES_PX:

@@ -16,6 +16,7 @@ import seaborn as sns
 
 from ..roofline.ceilings import Ceilings
 from ..roofline.datasheet import datasheet_for
+from ..store.atomic import safe_name
 from . import fmt
 from .plots import OKABE_ITO, batch_axis, legend_outside, palette, save
 from .tables import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
@@ -174,7 +175,7 @@ def model_rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str
                          annotate_batch=mine[key]["batch_size"].nunique() > 1)
         fig.tight_layout()
         legend_outside(ax, below=True)
-        save(fig, figures_dir, f"roofline_model__{model}")
+        save(fig, figures_dir, f"roofline_model__{safe_name(model)}")
         figures.append(fig)
     return figures
 

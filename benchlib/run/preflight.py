@@ -23,13 +23,14 @@ from ..env.threads import usable_cpus
 from ..errors import BenchlibError, ConfigError
 from ..instruments.nvml import free_bytes
 from ..nets.memory_floor import largest_batch_within, training_floor_bytes
-from ..nets.models import check_weights_file, smallest_image_size
+from ..nets.models import build_model, check_weights_file, smallest_image_size
+from ..nets.user_models import generation
 from ..roofline.ceilings import DEFAULT_COPY_BYTES
 from ..spec.settings import RunConfig, RunSettings, setting_names, settings_from_mapping
 from ..spec.study import StudyConfig
 from ..spec.study import load_study as parse_study_file
 from ..spec.variants import apply_variant
-from ..spec.vocab import DATASETS_NEEDING_PATH
+from ..spec.vocab import DATASETS_NEEDING_PATH, MODELS
 from .columns import ACTIVATION_DTYPES
 
 # How far thread and worker counts may exceed the CPUs this process may use: scaling studies measure a
@@ -172,7 +173,10 @@ def check_data(s: RunSettings, where: str) -> None:
 
 
 def check_model(model: str, s: RunSettings, where: str, key: str = "key 'image_size'") -> None:
-    """The network takes the image size, and pretrained weights from ``weights_path`` load and fit it."""
+    """The network can be built here (a user's import path imports, a timm name exists) and takes the image
+    size, and pretrained weights from ``weights_path`` load and fit it."""
+    if model not in MODELS:
+        _check_buildable(model, s, where)
     smallest = smallest_image_size(model)
     if s.image_size < smallest:
         flag = key.removeprefix("key ").strip("'")
@@ -183,6 +187,21 @@ def check_model(model: str, s: RunSettings, where: str, key: str = "key 'image_s
             check_weights_file(model, Path(s.weights_path))
         except BenchlibError as exc:
             raise ConfigError(f"{where}: key 'weights_path': {exc}") from exc
+
+
+@lru_cache(maxsize=64)
+def _buildable(model: str, pretrained: bool, generation: int) -> str | None:
+    """Why ``model`` cannot be built here, or None (built once on the CPU, the weights thrown away)."""
+    try:
+        build_model(model, 10, pretrained=pretrained)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _check_buildable(model: str, s: RunSettings, where: str) -> None:
+    if problem := _buildable(model, s.pretrained, generation(model)):
+        raise ConfigError(f"{where}: key 'models': {problem}")
 
 
 def check_settings(s: RunSettings, models: Sequence[str], where: str,

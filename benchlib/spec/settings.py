@@ -22,7 +22,15 @@ from typing import Any
 from ..errors import ConfigError
 from .fields import Rule, coerce, rules_of, setting
 from .knobs import Knobs
-from .vocab import DATASETS, DATASETS_NEEDING_PATH, DIGITS_TRAIN_SAMPLES, NAME_PATTERN, OPTIMIZER_IMPLS, OPTIMIZERS
+from .vocab import (
+    DATASETS,
+    DATASETS_NEEDING_PATH,
+    DIGITS_TRAIN_SAMPLES,
+    NAME_PATTERN,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    model_token,
+)
 
 # Bounds of what the consumers take: numpy seeds below 2**32; counts a run could finish; a byte count that
 # fits a 64-bit integer with room to spare.
@@ -164,7 +172,7 @@ class RunConfig:
         s = self.settings
         extra = "".join(f"__{k}{s.get(k)}" for k in self.swept)
         ddp = f"__ddp{self.world_size}" if self.world_size > 1 else ""
-        return (f"{self.hardware.replace(':', '')}__{self.model}__bs{self.batch_size}__{s.variant}"
+        return (f"{self.hardware.replace(':', '')}__{model_token(self.model)}__bs{self.batch_size}__{s.variant}"
                 f"__{s.knobs.precision}{extra}__{settings_digest(s)}{ddp}__seed{s.seed}")
 
     @property

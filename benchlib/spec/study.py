@@ -24,18 +24,28 @@ from .settings import (
     check_batch_sizes,
     check_consistency,
     coerce_setting,
+    did_you_mean,
     settings_from_mapping,
     unknown_key_message,
 )
 from .tune import TuneSpec, parse_tune
 from .variants import Variant, apply_variant, parse_variant, tuned_batch_size
-from .vocab import HARDWARE_CHOICES, MODELS, NAME_MAX_CHARS, NAME_PATTERN, NAME_WORDS, is_valid_hardware_name
+from .vocab import (
+    HARDWARE_CHOICES,
+    MODEL_FORMS,
+    MODELS,
+    NAME_MAX_CHARS,
+    NAME_PATTERN,
+    NAME_WORDS,
+    is_valid_hardware_name,
+    model_problem,
+)
 
 GRID_KEYS: dict[str, str] = {
     "study": "name of the study (results/<study>/)",
     "description": "free text",
     "hardware": f"list of: {HARDWARE_CHOICES}",
-    "models": f"list of: {', '.join(MODELS)}",
+    "models": f"list of model references, each {MODEL_FORMS}",
     "batch_sizes": "list of integers >= 1, or {from: A, to: B} for the doubling range A, 2A, ... <= B",
     "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
     "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...), each round of seeds "
@@ -277,10 +287,10 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
     for h in hardware:
         if not is_valid_hardware_name(h):
             raise ConfigError(f"{where}: key 'hardware' has '{h}'; allowed: {HARDWARE_CHOICES}")
-    models = _as_list(raw["models"], "models", where, str, ", ".join(MODELS))
+    models = _as_list(raw["models"], "models", where, str, MODEL_FORMS)
     for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"{where}: key 'models' has '{m}'; allowed: {', '.join(MODELS)}")
+        if model_problem(m):
+            raise ConfigError(f"{where}: key 'models' has '{m}'{did_you_mean(m, MODELS)}; allowed: {MODEL_FORMS}")
     batch_sizes = _batch_sizes(raw["batch_sizes"], where)
     settings = settings_from_mapping({k: v for k, v in raw.items() if k in SETTING_RULES}, where,
                                      allowed_keys=ALLOWED_KEYS)

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import re
 
+from ..store.atomic import safe_name
+
 MODELS: tuple[str, ...] = ("resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "densenet121")
+# Beyond the torchvision names: any timm model, any factory a user's package exports, and (from Python)
+# a module handed to ``benchlib.benchmark``, registered under its name for the process.
+TIMM_PREFIX = "timm:"
+_TIMM_REF = re.compile(r"^timm:[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_IMPORT_REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+MODEL_FORMS = (f"a torchvision name ({', '.join(MODELS)}), timm:NAME (with timm installed), or an import path "
+               "package.module:factory (a function or class returning an nn.Module)")
 DATASETS: tuple[str, ...] = ("digits", "synthetic", "cifar10", "tinyimagenet", "imagefolder")
 DATASETS_NEEDING_PATH: tuple[str, ...] = ("cifar10", "tinyimagenet", "imagefolder")
 DIGITS_TRAIN_SAMPLES = 1437  # scikit-learn's 1797 digits, 80% in the fixed training split
@@ -36,3 +45,25 @@ def cuda_index(name: str) -> int | None:
     """N of ``cuda:N`` (0 for plain ``cuda``); None for other hardware names."""
     match = CUDA_NAME.match(name)
     return None if match is None else int(match.group(1) or 0)
+
+
+def is_timm_ref(model: str) -> bool:
+    return bool(_TIMM_REF.match(model))
+
+
+def is_import_ref(model: str) -> bool:
+    """``package.module:factory``: a callable (or module object) a user's package exports."""
+    return bool(_IMPORT_REF.match(model)) and not model.startswith(TIMM_PREFIX)
+
+
+def model_problem(model: str) -> str | None:
+    """What is wrong with a model reference as a study or the command line writes it (None: a valid form)."""
+    if model in MODELS or is_timm_ref(model) or is_import_ref(model):
+        return None
+    return f"model '{model}' is not a model reference; allowed: {MODEL_FORMS}"
+
+
+def model_token(model: str) -> str:
+    """The model as it stands in run ids and file names: ``timm:convnext_tiny`` -> ``timm-convnext_tiny``,
+    ``mypkg.nets:make_net`` -> ``mypkg.nets-make_net`` (never a ``__``, which separates a run id's fields)."""
+    return re.sub(r"_{2,}", "_", safe_name(model))

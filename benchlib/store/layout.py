@@ -214,7 +214,7 @@ class ReportLayout:
 
 def pair_stem(hardware: str, model: str) -> str:
     """The file stem of everything one hardware/model pair publishes (``cpu__resnet18``)."""
-    return f"{safe_name(hardware)}__{model}"
+    return f"{safe_name(hardware)}__{safe_name(model)}"  # timm:x, pkg.mod:f: no ':' in a file name or link
 
 
 def pair_notebook_name(hardware: str, model: str) -> str:

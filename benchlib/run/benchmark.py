@@ -1,0 +1,122 @@
+"""One call on any model: ``benchlib.benchmark(my_net)`` measures it as a study measures its models.
+
+The model may be an ``nn.Module`` (each configuration trains a deep copy, so all start from the same
+weights), a zero-argument factory, a torchvision name, ``timm:NAME`` or an import path
+``package.module:factory``. Its input size and class count are read from the model where it tells them
+(timm's ``pretrained_cfg``, the width of the logits of one probe batch); every configuration is recorded in
+``results_dir`` like a study's (so ``benchlib report`` and the summary include it), and the rows come back
+as a DataFrame with the results schema's columns.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from ..engine.setup import num_classes as data_classes
+from ..env.devices import resolve_hardware
+from ..errors import ConfigError
+from ..nets.models import build_model
+from ..nets.user_models import ModelSource, register_model
+from ..spec.settings import RunSettings, check_batch_sizes, settings_from_mapping
+from ..spec.variants import Variant
+from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, model_problem
+from ..store.rows import read_results
+from .preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
+from .record import ProgressFn, pair_configs, run_pair, say
+
+DEFAULT_IMAGE_SIZE_PX = 224  # what ImageNet-style networks are built for, when the model does not say
+DEFAULT_STEPS = 20
+PROBE_CLASSES = 10  # the class count a factory that takes num_classes is probed with
+
+
+def model_reference(model: ModelSource | str, name: str | None = None) -> str:
+    """The model as the rest of benchlib names it: a reference string; a module or factory is registered."""
+    if isinstance(model, str):
+        if problem := model_problem(model):
+            raise ConfigError(problem)
+        return model
+    name = name or str(type(model).__name__ if isinstance(model, nn.Module) else getattr(model, "__name__", ""))
+    if not NAME_PATTERN.match(name) or "__" in name:
+        raise ConfigError(f"benchmark: name {name!r} for the model; allowed: letters, digits, '.', '_' and '-' "
+                          "without '__' (pass name=...)")
+    if name in MODELS:
+        raise ConfigError(f"benchmark: name '{name}' is torchvision's {name}; pass name=... for your own model")
+    return register_model(name, model)
+
+
+def _timm_input_size(ref: str) -> int | None:
+    if not ref.startswith(TIMM_PREFIX):
+        return None
+    import timm
+
+    size = timm.get_pretrained_cfg_value(ref.removeprefix(TIMM_PREFIX), "input_size")
+    return int(size[-1]) if size else None
+
+
+def probe_classes(ref: str, image_size: int, asked: int = PROBE_CLASSES) -> int:
+    """The number of logits the model returns for a batch of images when built for ``asked`` classes (a
+    factory may take ``num_classes``; a module has its own), in one line where it cannot take images."""
+    with torch.random.fork_rng(devices=[]):
+        net = build_model(ref, asked).eval()
+        try:
+            with torch.no_grad():
+                out = net(torch.zeros(2, 3, image_size, image_size))
+        except Exception as exc:  # the user's forward: anything may go wrong in it
+            raise ConfigError(f"model '{ref}' did not take a batch of images [2, 3, {image_size}, {image_size}]: "
+                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; allowed: a "
+                              "model whose forward takes one image tensor (pass image_size=... if it needs another "
+                              "size)") from exc
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(f"model '{ref}' returned {shape} for 2 images; allowed: logits of shape [batch, classes] "
+                          "(wrap a model that returns a dict or several outputs in a module that returns the logits)")
+    return int(out.shape[1])
+
+
+def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: str = "auto",
+              batch_sizes: Sequence[int] = (32,), image_size: int | None = None, num_classes: int | None = None,
+              variants: Sequence[str | Mapping[str, Any] | Variant] = (), steps: int = DEFAULT_STEPS,
+              data: str = "synthetic", data_path: str | None = None, results_dir: str | Path = "results/adhoc",
+              study: str = "adhoc", settings: Mapping[str, Any] | None = None, resume: bool = False,
+              progress: ProgressFn | None = say) -> pd.DataFrame:
+    """Train and time ``model`` at each batch size and variant on ``hardware``; record and return the rows.
+
+    ``steps`` timed training steps (after the settings' warmup); ``settings`` sets any other run setting
+    (``{"epochs": 2, "lr": 0.05}``). With ``data="synthetic"`` the data has the model's own class count; a
+    data set name (``digits``, ``cifar10`` with ``data_path``, ...) must match it. ``resume`` keeps rows a
+    previous call recorded with the same settings (off by default: a model defined in a notebook may have
+    changed under the same name).
+    """
+    ref = model_reference(model, name)
+    device = resolve_hardware(hardware)
+    flat: dict[str, Any] = {"dataset": data, "train_steps": steps, **(settings or {})}
+    if data_path is not None:
+        flat["data_path"] = data_path
+    size = image_size or _timm_input_size(ref) or int(flat.get("image_size") or DEFAULT_IMAGE_SIZE_PX)
+    flat["image_size"] = size
+    if data == "synthetic":
+        flat.setdefault("synthetic_classes", num_classes or probe_classes(ref, size))
+        flat.setdefault("synthetic_samples", max(256, 4 * max(batch_sizes, default=1)))
+    run_settings: RunSettings = settings_from_mapping(flat, "benchmark")
+    if data != "synthetic":
+        check_settings(run_settings, [ref], "benchmark")  # the data set first: its class count is read from it
+        wanted = data_classes(run_settings)
+        if (got := probe_classes(ref, size, wanted)) != wanted:
+            raise ConfigError(f"model '{ref}' returns {got} logits; data set '{data}' has {wanted} classes; allowed: "
+                              "a model with as many outputs, or a factory taking num_classes")
+    check_batch_sizes(list(batch_sizes), run_settings, "benchmark")
+    check_hardware([device], "benchmark", key="hardware")
+    check_gpus([device], [run_settings], "benchmark", key="hardware")
+    check_settings(run_settings, [ref], "benchmark")
+    configs = pair_configs(study, device, ref, batch_sizes, run_settings, variants=variants)
+    check_gpu_memory(configs, "benchmark")
+    rows = run_pair(study, device, ref, batch_sizes, run_settings, results_dir, variants=variants, resume=resume,
+                    progress=progress)
+    ids = {str(r["run_id"]) for r in rows}
+    frame = read_results([results_dir])
+    return frame[frame["run_id"].isin(ids)].reset_index(drop=True)
