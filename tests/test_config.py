@@ -194,3 +194,28 @@ def test_bad_command_lines(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("given, sizes", [("[8]", [8]), ("[8, 16]", [8, 16]), ([8, 16], [8, 16]), ((8,), [8]),
+                                          ("{from: 8, to: 32}", [8, 16, 32]), (8, [8])])
+def test_notebook_batch_sizes_as_papermill_passes_them(given, sizes):
+    """``papermill -p batch_sizes '[8]'`` passes text: it is read, never split into '[', '8' and ']'."""
+    from benchlib.spec.study import pair_parameters
+
+    assert pair_parameters(given, "{}", "[]", RunSettings())[0] == sizes
+
+
+@pytest.mark.parametrize("batch_sizes, sweep, variants, words", [
+    ("[8", {}, [], "notebook parameters: batch_sizes is the text '[8', not valid YAML"),
+    ("[a, b]", {}, [], "key 'batch_sizes' has 'a'"),
+    ("[8]", "{bogus: [1]}", [], "key 'sweep.bogus' cannot be swept"),
+    ("[8]", {}, "{precision: fp64}", "fp64"),
+])
+def test_bad_notebook_parameters_are_one_line(batch_sizes, sweep, variants, words):
+    from benchlib.spec.study import pair_parameters
+    from benchlib.spec.variants import parse_variant
+
+    with pytest.raises(ConfigError) as exc:
+        _, _, chosen = pair_parameters(batch_sizes, sweep, variants, RunSettings())
+        [parse_variant(v, "notebook parameters: variants") for v in chosen]
+    assert words in str(exc.value) and "\n" not in str(exc.value), str(exc.value)

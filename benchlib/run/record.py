@@ -29,7 +29,7 @@ from ..instruments.run_to_run import floor_pcts
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..roofline.ceilings import Ceilings
 from ..spec.settings import RunConfig, RunSettings
-from ..spec.study import expand_variants, schedule
+from ..spec.study import expand_variants, pair_parameters, schedule
 from ..spec.variants import Variant, parse_variant
 from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
@@ -208,6 +208,7 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     round in a fresh process, since the process, not the step or the seed, is the unit of a comparison.
     The rows other rounds already recorded are returned too.
     """
+    batch_sizes, sweep, variants = pair_parameters(batch_sizes, sweep, variants, settings)
     layout = ResultsLayout.of(results_dir)
     machine = machine_name()
     configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,

@@ -228,6 +228,38 @@ def _batch_sizes(value: Any, where: str) -> list[int]:
     return _as_list(value, "batch_sizes", where, int, "integers >= 1")
 
 
+def _papermill_text(value: Any, key: str, where: str) -> Any:
+    """A list or mapping papermill's ``-p`` passed as text (``'[8, 16]'``), read as YAML; other values as given."""
+    if isinstance(value, tuple):
+        return list(value)
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: {key} is the text {value!r}, not valid YAML ({str(exc).splitlines()[0]}); "
+                          f"allowed: {GRID_KEYS.get(key, 'a list')}, e.g. -p {key} '[8, 16]' or -y '{key}: [8, 16]'"
+                          ) from exc
+
+
+def pair_parameters(batch_sizes: Any, sweep: Any, variants: Any, settings: RunSettings,
+                    where: str = "notebook parameters") -> tuple[list[int], dict[str, list[Any]], list[Any]]:
+    """The pair's grid as a notebook received it, checked as a study file's would be.
+
+    papermill's ``-p batch_sizes '[8]'`` passes the text ``'[8]'``: it is read as YAML, never split into the
+    "configurations" ``[``, ``8`` and ``]``; anything else that is not a list of batch sizes is one line.
+    """
+    sizes = _batch_sizes(_papermill_text(batch_sizes, "batch_sizes", where), where)
+    check_batch_sizes(sizes, settings, where)
+    swept = _sweep(_papermill_text(sweep, "sweep", where) or {}, settings, where)
+    chosen = _papermill_text(variants, "variants", where)
+    chosen = [] if chosen is None else [chosen] if isinstance(chosen, (str, dict)) else chosen
+    if not isinstance(chosen, list):
+        raise ConfigError(f"{where}: variants is {type(chosen).__name__}; allowed: a list of preset names or "
+                          "knob mappings")
+    return sizes, swept, chosen
+
+
 def _sweep(value: Any, settings: RunSettings, where: str) -> dict[str, list[Any]]:
     """Validated sweep: each key a run setting, each value a non-empty list of valid values."""
     if not isinstance(value, dict):
