@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from benchlib.cli import main
 from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
@@ -124,3 +126,12 @@ def test_profile_prints_its_tables_in_human_units(capsys, tmp_path):
     assert re.search(r"compute +[\d.,]+ (µs|ms|s) +[\d.,]+%", out), out
     assert "self CPU time" in out and "device" not in out.split("tables, trace.json")[0], "no device columns on a CPU"
     assert not re.search(r"\d{5,} us|\d\.\d{5,}|e[+-]\d", out), "three significant digits, no raw microseconds"
+
+
+def test_version_is_printed(capsys):
+    from benchlib import __version__
+    from benchlib.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"benchlib {__version__}"

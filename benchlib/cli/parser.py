@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._version import __version__
 from ..spec.variants import PRESETS
 from ..spec.vocab import DATASETS, HARDWARE_CHOICES, MODEL_FORMS, OPTIMIZERS
 from . import cluster, results, single, studies
@@ -79,6 +80,8 @@ def _add_slurm_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"benchlib {__version__}",
+                        help="print benchlib's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = _sub(sub, "study", "run every hardware/model pair of a params file, then the summary and HTML")

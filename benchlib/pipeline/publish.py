@@ -40,6 +40,11 @@ def check_parameters(notebook: Path, params: Mapping[str, Any]) -> None:
         raise ConfigError(f"{notebook}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(declared)}")
 
 
+# The debugger an ipykernel 6 kernel starts warns on stderr at every start ("frozen modules ... Debugging will
+# proceed"), which papermill passes to the user's terminal: its own documented switch turns the check off.
+QUIET_KERNEL_ENV = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
 def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Path,
             cell_timeout_s: int | None, progress: bool = True, kernel_env: Mapping[str, str] | None = None) -> None:
     """Run ``notebook`` into ``output`` with ``params``; raises PapermillExecutionError on a failing cell.
@@ -49,7 +54,7 @@ def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Pat
     """
     check_parameters(notebook, params)
     output.parent.mkdir(parents=True, exist_ok=True)
-    with _environment(kernel_env or {}):
+    with _environment({**QUIET_KERNEL_ENV, **(kernel_env or {})}):
         papermill.execute_notebook(
             str(notebook), str(output), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
             execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
