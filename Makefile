@@ -15,7 +15,7 @@ install: $(VENV)/.benchlib-installed
 $(VENV)/.benchlib-installed: pyproject.toml requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23"
-	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[all,dev]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (benchlib)" >/dev/null
 	@touch $@
 
@@ -38,20 +38,31 @@ lint: install
 clean-reports:
 	rm -rf reports/*/ reports/index.html
 
-# The oldest torch benchlib claims (pyproject.toml): a second environment with it, a smoke run and the
-# tests of the paths that differ between torch releases. Not part of `make test` (it downloads ~3 GB once).
+# The oldest torch benchlib claims (pyproject.toml), in an environment pinned as a platform's kernel is
+# (a Colab image's numpy, pandas, ipykernel, notebook and jupyter-server): benchlib installed into it as a
+# user would (no constraints) must change none of those, then a smoke run, the one-call API, a small study
+# through papermill and the tests of the paths that differ between torch releases. Not part of
+# `make test` (it downloads ~3 GB once); CI runs it when the suite leaves the time (.ci/run).
 FLOOR_TORCH ?= 2.5.1
 FLOOR_VISION ?= 0.20.1
 FLOOR_VENV ?= .venv-floor
+PLATFORM_PINS ?= torch==$(FLOOR_TORCH) torchvision==$(FLOOR_VISION) numpy==2.0.2 pandas==2.2.2 ipykernel==6.17.1 \
+	notebook==6.5.7 jupyter-server==1.16.0
 FLOOR_TESTS ?= tests/test_one_step.py tests/test_variants.py tests/test_accelerator_paths.py tests/test_config.py \
 	tests/test_gpu_preflight.py tests/test_energy.py tests/test_timing.py tests/test_memory.py tests/test_quantize.py \
-	tests/test_flops.py tests/test_cli.py tests/test_rank_watch.py
+	tests/test_flops.py tests/test_cli.py tests/test_rank_watch.py tests/test_api_docs.py
 floor-test:
-	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
-	grep -v -E '^(torch|torchvision|triton|nvidia-|cuda-|sympy|mpmath|networkx|setuptools)' \
-		requirements/constraints.txt > $(FLOOR_VENV)/constraints.txt
-	printf 'torch==$(FLOOR_TORCH)\ntorchvision==$(FLOOR_VISION)\n' >> $(FLOOR_VENV)/constraints.txt
-	$(FLOOR_VENV)/bin/python -m pip install --quiet -c $(FLOOR_VENV)/constraints.txt -e ".[dev]"
+	rm -rf $(FLOOR_VENV) && $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet $(PLATFORM_PINS)
+	$(FLOOR_VENV)/bin/python -m pip freeze --exclude-editable > $(FLOOR_VENV)/platform-before.txt
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -e ".[dev]"
+	$(FLOOR_VENV)/bin/python -m pip freeze --exclude-editable > $(FLOOR_VENV)/platform-after.txt
+	$(FLOOR_VENV)/bin/python tests/platform_kept.py $(FLOOR_VENV)/platform-before.txt $(FLOOR_VENV)/platform-after.txt
+	$(FLOOR_VENV)/bin/python -c "import importlib.util as u; assert not any(u.find_spec(m) for m in \
+		('optuna', 'jupyterlab')), 'a core install pulled an extra'"
 	$(FLOOR_VENV)/bin/benchlib run --model resnet18 --data synthetic --batch-size 16 --steps 5 --no-save \
 		--set latency_repeats=6 --set latency_budget_s=0
+	rm -rf $(FLOOR_VENV)/smoke
+	$(FLOOR_VENV)/bin/benchlib study params/smoke.yaml --results-root $(FLOOR_VENV)/smoke/results \
+		--reports-root $(FLOOR_VENV)/smoke/reports
 	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)

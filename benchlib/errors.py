@@ -44,6 +44,25 @@ class DiskFull(BenchlibError):
     exit_code = 1
 
 
+class MissingExtra(BenchlibError):
+    """A feature needs a package of an optional extra (``benchlib[tune]``, ...) that is not installed.
+
+    A platform's kernel (Colab, Kaggle) has pinned its own Jupyter stack and torch, so benchlib's core install
+    adds nothing that would upgrade them; tuning (optuna), timm models and JupyterLab are extras, imported on
+    first use. :func:`missing` words the line.
+    """
+
+
+EXTRAS: dict[str, str] = {"optuna": "tune", "timm": "timm", "jupyterlab": "lab"}
+
+
+def missing(module: str, what: str) -> MissingExtra:
+    """The one line for ``what`` without ``module``: which extra installs it."""
+    top = module.split(".")[0]
+    return MissingExtra(f"{what} needs {top}, which is not installed; install it with "
+                        f"pip install 'benchlib[{EXTRAS.get(top, 'all')}]'")
+
+
 class ClusterError(BenchlibError):
     """The cluster's scheduler failed (its commands unreachable or broken): not the input's fault."""
 

@@ -8,7 +8,6 @@ from torch import nn
 import benchlib.engine.knobs as engine_knobs
 import benchlib.engine.setup as setup
 from benchlib.run.profile import profile_training
-from benchlib.run.tune import train_by_epoch
 from benchlib.spec.settings import RunConfig, RunSettings
 
 TINY = dict(dataset="digits", image_size=32, train_subset=32, test_subset=16, epochs=1, warmup_steps=1,
@@ -55,6 +54,9 @@ def test_a_profiled_configuration_trains_with_its_knobs(tmp_path, seen, knobs, d
     ({"memory_format": "channels_last"}, torch.float32, True),
 ])
 def test_a_tuning_trial_trains_with_its_knobs(seen, knobs, dtype, channels_last):
+    pytest.importorskip("optuna", reason="tuning is an extra (benchlib[tune]); make install includes it")
+    from benchlib.run.tune import train_by_epoch
+
     report = train_by_epoch(_cfg(**knobs), 1, torch.device("cpu"), lambda r: None)
     assert report.epoch == 0 and 0.0 <= report.test_accuracy <= 1.0
     assert seen and all(r == (dtype, channels_last) for r in seen), seen

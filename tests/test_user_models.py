@@ -111,7 +111,7 @@ def test_a_module_registered_again_under_its_name_is_counted_again():
 
 
 def test_timm_models_build_by_name_without_downloading():
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="timm is an extra (benchlib[timm]); make install includes it")
     net = build_model("timm:resnet18", 7)
     assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
     with pytest.raises(ConfigError, match="timm has no such model"):
@@ -119,8 +119,10 @@ def test_timm_models_build_by_name_without_downloading():
 
 
 def test_timm_missing_names_the_extra(monkeypatch):
+    from benchlib.errors import MissingExtra
+
     monkeypatch.setitem(sys.modules, "timm", None)  # import timm raises ImportError
-    with pytest.raises(ConfigError, match=r"needs timm, which is not installed; install it with pip install "
+    with pytest.raises(MissingExtra, match=r"needs timm, which is not installed; install it with pip install "
                                           r"'benchlib\[timm\]'"):
         build_model("timm:resnet18", 7)
 
@@ -217,7 +219,7 @@ def test_a_study_of_an_import_path_and_a_timm_model_runs_through_papermill(user_
     from benchlib.cli import main
     from benchlib.store.rows import read_results
 
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="timm is an extra (benchlib[timm]); make install includes it")
     params = tmp_path / "mine.yaml"
     params.write_text(yaml.safe_dump({
         "study": "mine", "hardware": ["cpu"], "models": ["usernets:make_net", "timm:resnet18"], "batch_sizes": [8],
@@ -247,3 +249,20 @@ def test_a_study_whose_model_cannot_be_built_here_is_refused_before_any_work(use
                                       "batch_sizes": [8]}))
     assert main(["study", str(params), "--results-root", str(tmp_path / "r")]) == 2
     assert not (tmp_path / "r").exists()
+
+
+def test_without_optuna_tuning_says_which_extra_and_the_rest_imports(monkeypatch):
+    """A core install (no benchlib[tune]) runs studies and publishes; tuning is one line naming the extra."""
+    import importlib
+
+    from benchlib.errors import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    for name in ("benchlib.run.tune", "benchlib.store.tuning_storage", "benchlib.report.tuning"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(MissingExtra, match=r"tuning \(benchlib tune, the tune notebook\) needs optuna, which is "
+                                           r"not installed; install it with pip install 'benchlib\[tune\]'"):
+        importlib.import_module("benchlib.run.tune")
+    for name in ("benchlib.report.views", "benchlib.report.summary_views", "benchlib.pipeline.study"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        importlib.import_module(name)  # what a study and its pages import

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import torch
@@ -23,10 +24,6 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
-
-with warnings.catch_warnings():  # fvcore.nn scripts a loss at import: torch.jit.script's FutureWarning
-    warnings.simplefilter("ignore", FutureWarning)
-    from fvcore.nn import FlopCountAnalysis
 
 _COUNT_DEVICE = torch.device("cpu")
 _COUNT_DTYPE = torch.float32
@@ -229,12 +226,23 @@ def _count_train(model: nn.Module, x: torch.Tensor, num_classes: int) -> tuple[i
     return int(counter.get_total_flops()), collector.ops
 
 
-class _StrictFlopCountAnalysis(FlopCountAnalysis):
-    """fvcore's counter with arithmetic ops removed from its silent ignore list, so they get reported."""
+@cache
+def _strict_analysis() -> type:
+    """fvcore's counter with arithmetic ops removed from its silent ignore list, so they get reported.
 
-    def __init__(self, model: nn.Module, inputs: Any) -> None:
-        super().__init__(model, inputs)
-        self._ignored_ops: set[str] = set(self._ignored_ops) - _FVCORE_ARITHMETIC_IGNORED
+    fvcore is imported here, on the first count, not when benchlib is: it costs a second of start-up
+    (it scripts a loss at import, under torch.jit.script's FutureWarning) and only MACs need it.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        from fvcore.nn import FlopCountAnalysis
+
+    class StrictFlopCountAnalysis(FlopCountAnalysis):
+        def __init__(self, model: nn.Module, inputs: Any) -> None:
+            super().__init__(model, inputs)
+            self._ignored_ops: set[str] = set(self._ignored_ops) - _FVCORE_ARITHMETIC_IGNORED
+
+    return StrictFlopCountAnalysis
 
 
 @contextmanager
@@ -266,7 +274,7 @@ class FvcoreCounts:
 def count_macs(model: nn.Module, x: torch.Tensor) -> FvcoreCounts:
     """fvcore's counts: MACs of convolutions and matrix products, per module; the other operators apart."""
     with _quiet_fvcore(), torch.no_grad():
-        analysis = (_StrictFlopCountAnalysis(model, x)
+        analysis = (_strict_analysis()(model, x)
                     .unsupported_ops_warnings(False)
                     .uncalled_modules_warnings(False)
                     .tracer_warnings("none"))

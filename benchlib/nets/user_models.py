@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, missing
 from ..spec.vocab import MODEL_FORMS, TIMM_PREFIX, is_import_ref, is_timm_ref
 
 ModelSource = nn.Module | Callable[..., nn.Module]
@@ -75,8 +75,7 @@ def _timm(name: str, num_classes: int | None) -> nn.Module:
     try:
         import timm
     except ImportError as exc:
-        raise ConfigError(f"model '{TIMM_PREFIX}{name}' needs timm, which is not installed; install it with "
-                          "pip install 'benchlib[timm]'") from exc
+        raise missing("timm", f"model '{TIMM_PREFIX}{name}'") from exc
     if not timm.is_model(name):
         close = timm.list_models(f"*{name.split('_')[0]}*")[:5]
         raise ConfigError(f"model '{TIMM_PREFIX}{name}': timm has no such model; allowed: a name from "

@@ -6,9 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pandas as pd
-from optuna.trial import TrialState
+
+from ..errors import missing
+
+try:
+    import optuna
+    from optuna.trial import TrialState
+except ImportError as _exc:
+    raise missing("optuna", "tuning (benchlib tune, the tune notebook)") from _exc
 
 from ..store.atomic import safe_name
 from ..store.layout import ResultsLayout

@@ -15,7 +15,6 @@ from ..store.layout import ResultsLayout
 from ..store.rows import read_samples
 from . import plots, show
 from . import tables as report
-from .tuning import study_frame, tuning_figures
 
 
 def _show_figure(fig: Any) -> bool:
@@ -38,6 +37,8 @@ def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figur
 
 def tuning(results_dir: str, study_name: str, figures_dir: str) -> None:
     """A pair's tuning study: every trial, the best against the default trial, and Optuna's figures."""
+    from .tuning import study_frame, tuning_figures  # optuna (benchlib[tune]) only where a page shows tuning
+
     frame = study_frame(results_dir, study_name)
     states = frame["state"].value_counts().to_dict() if not frame.empty else {}
     counts = ", ".join(f"{n} {state.lower()}" for state, n in states.items()) or "no trials"

@@ -194,7 +194,7 @@ def _buildable(model: str, pretrained: bool, generation: int) -> str | None:
     """Why ``model`` cannot be built here, or None (built once on the CPU, the weights thrown away)."""
     try:
         build_model(model, 10, pretrained=pretrained)
-    except ConfigError as exc:
+    except BenchlibError as exc:  # a bad path, an unknown timm name, a missing extra
         return str(exc)
     return None
 

@@ -23,10 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 import torch
 import yaml
-from optuna.trial import FrozenTrial, TrialState
+
+from ..errors import missing
+
+try:
+    import optuna
+    from optuna.trial import FrozenTrial, TrialState
+except ImportError as _exc:
+    raise missing("optuna", "tuning (benchlib tune, the tune notebook)") from _exc
 
 from ..engine.setup import build, check_runs, configuration, wrap
 from ..engine.step import Trainer

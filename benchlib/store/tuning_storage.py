@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import optuna
-from optuna.storages import BaseStorage, JournalStorage
-from optuna.storages.journal import JournalFileBackend
+from ..errors import missing
+
+try:
+    import optuna
+    from optuna.storages import BaseStorage, JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+except ImportError as _exc:
+    raise missing("optuna", "tuning (benchlib tune, the tune notebook)") from _exc
 
 from .layout import ResultsLayout
 
