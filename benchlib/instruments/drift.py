@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..store.rows import flag_mask
+
 MIN_STEPS = 10  # under this, an autocorrelation says nothing
 BLOCKS = 5
 ALPHA = 0.01
@@ -98,9 +100,9 @@ def summarize(rows: pd.DataFrame) -> str | None:
     """The end-of-run warning over a results table ("2 of 8 rows ran while ..."); None if no row drifted."""
     if "machine_drifted" not in rows or rows.empty:
         return None
-    flag = rows["machine_drifted"].fillna(False).astype(bool)
+    flag = flag_mask(rows["machine_drifted"])
     if "interfered" in rows:  # other processes explain those rows' drift, and their own warning says so
-        flag &= ~rows["interfered"].fillna(False).astype(bool)
+        flag &= ~flag_mask(rows["interfered"])
     drifted = rows[flag]
     if drifted.empty:
         return None

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..store.rows import flag_mask
 from ..store.schema import finite_float
 
 DEFAULT_THRESHOLD_PCT = 10.0  # of the cores the run may use; the sampler and kernel stay well under it
@@ -116,7 +117,7 @@ def summarize(rows: pd.DataFrame) -> str | None:
     """The end-of-run warning over a results table ("3 of 8 rows were measured while ..."); None if clean."""
     if "interfered" not in rows or rows.empty:
         return None
-    flagged = rows[rows["interfered"].fillna(False).astype(bool)]
+    flagged = rows[flag_mask(rows["interfered"])]
     if flagged.empty:
         return None
     cpu, steal = (_column_max(flagged, c) for c in ("interference_cpu_pct", "steal_pct"))

@@ -15,6 +15,7 @@ import pandas as pd
 from ..instruments import drift, interference
 from ..instruments.run_to_run import floor_of
 from ..store.noise_floor import NoiseFloor
+from ..store.rows import flag_mask
 from . import fmt
 from .evidence import NOISE_FLAGS
 from .tables import config_key, device_label, ok_rows
@@ -58,14 +59,14 @@ def warnings(df: pd.DataFrame) -> list[str]:
     noisy_mask = np.zeros(len(good), dtype=bool)
     for column in NOISE_FLAGS:
         if column in good:
-            noisy_mask |= good[column].fillna(False).astype(bool).to_numpy()
+            noisy_mask |= flag_mask(good[column]).to_numpy()
     if noisy_mask.any():
         n = int(noisy_mask.sum())
         out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over 10% in their step "
                    f"times, latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
                    "measure them again on a quiet machine or with `repeats: 3`.")
     if "above_roof" in good:
-        above = good[good["above_roof"].fillna(False).astype(bool)]
+        above = good[flag_mask(good["above_roof"])]
         if not above.empty:
             out.append(f"{len(above)} row(s) lie above their measured roof, a measurement error rather than a "
                        f"finding: {_named(above)}.")

@@ -23,7 +23,7 @@ import pandas as pd
 from ..engine.inference import BATCHES_PER_THROUGHPUT_REPEAT
 from ..instruments.run_to_run import floor_of
 from ..store.noise_floor import NoiseFloor, load_noise_floors
-from ..store.rows import read_samples
+from ..store.rows import flag_mask, read_samples
 from ..store.schema import finite_float
 from .stats import (
     PRACTICAL_THRESHOLD,
@@ -226,7 +226,7 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
 
 def flagged(rows: pd.DataFrame, columns: Sequence[str]) -> bool:
     """Whether any of ``rows`` sets any of the flag ``columns``."""
-    return bool(any(rows[c].fillna(False).astype(bool).any() for c in columns if c in rows))
+    return bool(any(flag_mask(rows[c]).any() for c in columns if c in rows))
 
 
 NOISE_FLAGS = ("train_step_noisy", "latency_noisy", "batch_latency_noisy", "infer_noisy")

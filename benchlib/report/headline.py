@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..store.rows import flag_mask
 from . import fmt
 from .evidence import NOISE_FLAGS
 from .tables import config_key, device_label, ok_rows
@@ -66,13 +67,13 @@ class Headline:
 def flags(rows: pd.DataFrame) -> str:
     """What makes the rows' figures less sure, comma-separated: interfered, machine drifted, noisy, above roof."""
     out = []
-    if "interfered" in rows and rows["interfered"].fillna(False).astype(bool).any():
+    if "interfered" in rows and flag_mask(rows["interfered"]).any():
         out.append("interfered")
-    if "machine_drifted" in rows and rows["machine_drifted"].fillna(False).astype(bool).any():
+    if "machine_drifted" in rows and flag_mask(rows["machine_drifted"]).any():
         out.append("machine drifted")
-    if any(c in rows and rows[c].fillna(False).astype(bool).any() for c in NOISE_FLAGS):
+    if any(c in rows and flag_mask(rows[c]).any() for c in NOISE_FLAGS):
         out.append("noisy")
-    if "above_roof" in rows and rows["above_roof"].fillna(False).astype(bool).any():
+    if "above_roof" in rows and flag_mask(rows["above_roof"]).any():
         out.append("above roof")
     return ", ".join(out)
 

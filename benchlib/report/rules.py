@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from ..store.layout import ResultsLayout
+from ..store.rows import flag_mask
 from .evidence import NOISE_FLAGS, flagged
 
 TIMING_RULES = ("warmup_steps", "train_steps", "epochs", "max_train_batches", "infer_warmup_batches",
@@ -55,7 +56,7 @@ def run_rules(rows: pd.DataFrame, superseded: int = 0) -> dict[str, Any]:
             "not_counted": [{"run_id": r["run_id"], "status": r["status"], "error": r.get("error")}
                             for r in not_counted.to_dict("records")],
             "noisy_rows": int(sum(flagged(ok.loc[[i]], NOISE_FLAGS) for i in ok.index)),
-            "interfered_rows": int(ok["interfered"].fillna(False).astype(bool).sum()) if "interfered" in ok else 0,
+            "interfered_rows": int(flag_mask(ok["interfered"]).sum()) if "interfered" in ok else 0,
         }
     return out
 

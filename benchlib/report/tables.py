@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..store.rows import invalid_rows, read_results
+from ..store.rows import flag_mask, invalid_rows, read_results
 from .evidence import SampleFiles, SampleReader, compare_rows
 from .stats import spread
 
@@ -166,7 +166,7 @@ def above_roof_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Points above their roof: a measurement error to chase, never a finding."""
     if "above_roof" not in df.columns:
         return pd.DataFrame(columns=ROOF_COLUMNS)
-    flagged = df[df["above_roof"].fillna(False).astype(bool)]
+    flagged = df[flag_mask(df["above_roof"])]
     return flagged[[c for c in ROOF_COLUMNS if c in flagged.columns]].reset_index(drop=True)
 
 

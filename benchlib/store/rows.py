@@ -168,6 +168,14 @@ def read_results(dirs: Iterable[str | Path]) -> pd.DataFrame:
     return df[ordered]
 
 
+def flag_mask(column: pd.Series) -> pd.Series:
+    """A flag column (``interfered``, ``above_roof``, ...) as booleans, a missing value not a flag.
+
+    ``fillna(False)`` on a column pandas read as float (every value missing) is deprecated; ``== True`` is not.
+    """
+    return column.eq(True)
+
+
 def read_samples(results: str | Path | ResultsLayout, row: Mapping[str, Any]) -> pd.DataFrame:
     """The raw samples behind a row (empty when it has none)."""
     path = layout_of(results).samples_path(str(row["machine"]), str(row["run_id"]))
