@@ -307,6 +307,19 @@ def test_diff_command_json(folders, capsys):
     assert row["n_a"] > 1 and row["verdict"] == "faster"
 
 
+def test_diff_command_markdown_pastes_as_a_table(folders, capsys):
+    t1, t2 = str(folders / "t1"), str(folders / "t2")
+    assert main(["diff", t1, t2, "--markdown", "--ignore", "threads"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("|")]
+    assert lines[0].startswith("| configuration | metric | a | b | B vs A |") and set(lines[1]) <= {"|", "-"}
+    assert len({ln.count("|") for ln in lines}) == 1, "every row has the header's cells"
+    train = next(ln for ln in lines if "| train_samples_per_s |" in ln)
+    assert "| faster |" in train and out.startswith(f"**B = `{t2}` against A = `{t1}`**")
+    with pytest.raises(SystemExit):
+        main(["diff", t1, t2, "--markdown", "--json"])
+
+
 def test_diff_refuses_bad_input_in_one_line(folders, tmp_path, capsys):
     assert main(["diff", str(tmp_path / "nowhere"), str(folders / "a")]) == 2
     assert main(["diff", str(folders / "a"), str(folders / "b"), "--metric", "speed"]) == 2

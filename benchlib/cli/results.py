@@ -58,6 +58,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
                    "regressions": 0 if worse is None else len(worse),
                    "rows": [nan_to_none(plain(r)) for r in table.to_dict("records")]}
         print(json.dumps(payload, default=str, allow_nan=False))
+    elif args.markdown:
+        print(f"**B = `{args.b}` against A = `{args.a}`**: ratio > 1 means B is better, with its 95% interval; "
+              f"`same` = the interval holds 1 or the change is under {args.threshold:g}%.\n")
+        for line in d.floor_lines(folders[0], folders[1]):
+            print(f"- {line}")
+        print()
+        print(d.as_markdown(table))
+        for note in d.notes(table):
+            print(f"\n- inconclusive: {note}")
     else:
         print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate), "
               "with its 95% interval; level = what the verdict rests on: runs (two or more fresh processes a "

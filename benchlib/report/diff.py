@@ -172,7 +172,22 @@ def as_text(table: pd.DataFrame) -> str:
     """The table for a terminal: figures rounded, the comparison as ``ratio [low, high]``."""
     if table.empty:
         return "no configurations in either folder"
-    shown = pd.DataFrame({
+    return str(_shown(table).to_string(index=False))
+
+
+def as_markdown(table: pd.DataFrame) -> str:
+    """The same table as GitHub Markdown, to paste in a pull request (pipes in cells escaped)."""
+    if table.empty:
+        return "*No configurations in either folder.*"
+    shown = _shown(table).astype(str).map(lambda cell: cell.replace("|", "\\|") or " ")
+    lines = ["| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in shown.itertuples(index=False, name=None)]
+    return "\n".join(lines)
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns a reader compares, formatted: what both the terminal and the Markdown table show."""
+    return pd.DataFrame({
         "configuration": table["configuration"], "metric": table["metric"],
         "a": table["a"].map(_short), "b": table["b"].map(_short),
         "B vs A": [_interval(r) for r in table.to_dict("records")], "p": table["p_value"].map(_p),
@@ -180,7 +195,6 @@ def as_text(table: pd.DataFrame) -> str:
         "level": table["level"].fillna(""),
         "flags": [_flags(r) for r in table.to_dict("records")],
     })
-    return str(shown.to_string(index=False))
 
 
 def _short(value: Any) -> str:
