@@ -31,7 +31,8 @@ _API: dict[str, str] = {
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
     # one call on any model
-    "benchmark": "benchlib.run.benchmark", "register_model": "benchlib.nets.user_models",
+    "benchmark": "benchlib.run.benchmark", "compare": "benchlib.pipeline.compare",
+    "register_model": "benchlib.nets.user_models",
     # measure and record
     "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measure", "record": "benchlib.run.record",
     "run_pair": "benchlib.run.record", "record_profile": "benchlib.run.profile", "tune_pair": "benchlib.run.tune",
@@ -53,6 +54,7 @@ __all__ = [
     "apply_threads",
     "benchmark",
     "collect_manifest",
+    "compare",
     "load_study",
     "measure",
     "measure_ceilings",
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
     from .env.manifest import collect_manifest
     from .env.threads import apply_threads
     from .nets.user_models import register_model
+    from .pipeline.compare import compare
     from .roofline.ceilings import Ceilings, measure_ceilings
     from .run.benchmark import benchmark
     from .run.measure import Measurement, measure

@@ -266,3 +266,24 @@ def test_without_optuna_tuning_says_which_extra_and_the_rest_imports(monkeypatch
     for name in ("benchlib.report.views", "benchlib.report.summary_views", "benchlib.pipeline.study"):
         monkeypatch.delitem(sys.modules, name, raising=False)
         importlib.import_module(name)  # what a study and its pages import
+
+
+def test_compare_puts_models_side_by_side_with_verdicts_and_refuses_what_it_cannot(tmp_path):
+    import benchlib
+
+    def net(width: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                             nn.Linear(width, 4))
+
+    table = benchlib.compare([net(4), net(64)], hardware="cpu", batch_sizes=[8], image_size=32, steps=4,
+                             results_dir=tmp_path, settings={"latency_repeats": 5, "warmup_steps": 1},
+                             metrics=["train_samples_per_s"], progress=None)
+    (row,) = table.to_dict("records")
+    assert row["baseline"] == "Sequential" and row["side"] == "Sequential-2", "two modules of one class, two names"
+    assert row["level"] == "steps", "one process: judged on its steps, and it says so"
+    assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    assert row["verdict"] in {"faster", "slower", "same", "inconclusive"}
+    with pytest.raises(ConfigError, match="allowed: two or more models, or one model with two or more variants"):
+        benchlib.compare(net(4), results_dir=tmp_path)
+    with pytest.raises(ConfigError, match="compare: metrics speed; allowed:"):
+        benchlib.compare([net(4), net(8)], metrics=["speed"], results_dir=tmp_path)

@@ -38,6 +38,9 @@ def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
     p.add_argument("--cell-timeout", type=int, default=3600, metavar="S",
                    help="seconds a notebook cell may run before its pair is recorded as failed")
     if fresh:
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="replace a key of the params file, its value read as YAML (repeatable): "
+                       "--set train_steps=5 --set models=[resnet18]")
         p.add_argument("--fresh", action="store_true",
                        help="start over: move the study's old results and reports aside (nothing is deleted)")
         p.add_argument("--repeats", metavar="N|auto",
@@ -179,7 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="candidate results folder")
     p.add_argument("--metric", action="append", help="metric to compare (repeatable; default: throughput, step "
                    "time, latency, peak memory, energy, accuracy)")
-    p.add_argument("--json", action="store_true", help="print one JSON object with a rows list")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print one JSON object with a rows list")
+    shape.add_argument("--markdown", action="store_true", help="print the comparison as a Markdown table (to paste "
+                       "in a pull request)")
     p.add_argument("--ignore", action="append", metavar="SETTING",
                    help="leave a setting out of the match, to compare what differs in it (e.g. threads, hardware)")
     p.add_argument("--threshold", type=float, default=2.0, metavar="PCT", help="changes under PCT%% are judged same")

@@ -23,7 +23,8 @@ EXIT_FAILURES = 1
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, each value read as YAML (``--set lr=0.05``, ``--set models=[resnet18]``)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -52,7 +53,7 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
             values[key] = getattr(args, key)
     if getattr(args, "steps", None) is not None:
         values["train_steps"] = args.steps
-    values.update(_parse_set(args.set))
+    values.update(parse_set(args.set))
     settings = settings_from_mapping(values, "command line")
     if getattr(args, "variant", None):
         settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..spec.study import StudyConfig, parse_repeats
@@ -20,11 +21,18 @@ def with_repeats(cfg: StudyConfig, repeats: str | None) -> StudyConfig:
     return dataclasses.replace(cfg, repeats=rounds, auto_repeats=auto)
 
 
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs (values read as YAML) that replace the params file's keys."""
+    from .single import parse_set
+
+    return parse_set(getattr(args, "set", None) or [])
+
+
 def cmd_study(args: argparse.Namespace) -> int:
     from ..pipeline.study import run_study
     from ..run.preflight import load_study
 
-    cfg = with_repeats(load_study(args.params), getattr(args, "repeats", None))
+    cfg = with_repeats(load_study(args.params, overrides=overrides(args)), getattr(args, "repeats", None))
     if args.cell_timeout < 1:
         raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")
     pair = getattr(args, "pair", None)
@@ -46,7 +54,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     code = cmd_study(args)
 
-    cfg = load_study(args.params)
+    cfg = load_study(args.params, overrides=overrides(args))
     results = Path(args.results_root).resolve() / cfg.study
     summarize([results], Path(args.reports_root).resolve() / cfg.study, title=f"benchlib sweep: {cfg.study}",
               notebook="sweep", cell_timeout_s=args.cell_timeout)
@@ -57,7 +65,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
     from ..run.preflight import load_study
 
-    cfg = load_study(args.params)
+    cfg = load_study(args.params, overrides=overrides(args))
     if len(cfg.variants) < 2:
         raise ConfigError(f"{args.params}: key 'variants' lists {len(cfg.variants)} variant(s); allowed: two or more, "
                           "e.g. [cpu-default, cpu-quantized, cpu-compiled]")

@@ -21,7 +21,7 @@ from ..engine.setup import num_classes as data_classes
 from ..env.devices import resolve_hardware
 from ..errors import ConfigError
 from ..nets.models import build_model
-from ..nets.user_models import ModelSource, register_model
+from ..nets.user_models import ModelSource, is_registered, register_model
 from ..spec.settings import RunSettings, check_batch_sizes, settings_from_mapping
 from ..spec.variants import Variant
 from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, model_problem
@@ -37,6 +37,8 @@ PROBE_CLASSES = 10  # the class count a factory that takes num_classes is probed
 def model_reference(model: ModelSource | str, name: str | None = None) -> str:
     """The model as the rest of benchlib names it: a reference string; a module or factory is registered."""
     if isinstance(model, str):
+        if is_registered(model):  # a module registered earlier in this process (register_model, compare)
+            return model
         if problem := model_problem(model):
             raise ConfigError(problem)
         return model

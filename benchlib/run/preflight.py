@@ -224,12 +224,13 @@ def check_study(cfg: StudyConfig, *, check_devices: bool = True) -> None:
         check_gpu_memory(cfg.all_configs(), cfg.source)
 
 
-def load_study(path: str | Path, *, check_devices: bool = True) -> StudyConfig:
-    """Read and validate a study file, then check that it can run here.
+def load_study(path: str | Path, *, check_devices: bool = True,
+               overrides: Mapping[str, Any] | None = None) -> StudyConfig:
+    """Read and validate a study file (its keys replaced by ``overrides``), then check that it can run here.
 
     ``check_devices=False`` skips the device check: a SLURM job is written here for nodes that have them.
     """
-    cfg = parse_study_file(path)
+    cfg = parse_study_file(path, overrides)
     if check_devices:
         cfg = dataclasses.replace(cfg, hardware=resolved_hardware(cfg.hardware, cfg.source))
     check_study(cfg, check_devices=check_devices)

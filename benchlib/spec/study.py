@@ -367,9 +367,18 @@ def read_study_file(path: str | Path) -> Any:
         raise ConfigError(f"{where}: not a text file ({exc.reason}); expected UTF-8 YAML") from exc
 
 
-def load_study(path: str | Path) -> StudyConfig:
-    """Read and validate a study params file (what to run; the preflight checks it can run here)."""
-    return parse_study(read_study_file(path), str(path))
+def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> StudyConfig:
+    """Read and validate a study params file (what to run; the preflight checks it can run here).
+
+    ``overrides`` (``benchlib study --set key=value``) replace the file's top-level keys before validation,
+    so a bad value is refused as the file's own would be, and the source names them.
+    """
+    raw = read_study_file(path)
+    if not overrides:
+        return parse_study(raw, str(path))
+    if not isinstance(raw, dict):
+        return parse_study(raw, str(path))  # parse_study words what is wrong with the file itself
+    return parse_study({**raw, **overrides}, f"{path} with --set {', '.join(overrides)}")
 
 
 def replace_settings(cfg: StudyConfig, settings: RunSettings) -> StudyConfig:

@@ -1,0 +1,74 @@
+"""``benchlib.compare``: models or variants side by side, each against a baseline, with diff's verdicts.
+
+Every side is measured by :func:`benchlib.benchmark` into one results folder; each side's rows are then
+compared with the baseline's at the same hardware and batch size (and variant, when models are compared)
+by the same judgement ``benchlib diff`` and the summary use (``report.evidence.compare_rows``): a ratio
+with its interval, a verdict and the level it rests on. Sides measured in this one process are compared
+on their steps, which the verdict says (level ``steps``); a claim that survives a second run needs fresh
+processes: a study with ``repeats`` (``benchlib compare PARAMS.yaml``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import ConfigError
+from ..nets.user_models import ModelSource
+from ..report.diff import DEFAULT_METRICS
+from ..report.evidence import METRICS, SampleFiles, compare_rows
+from ..run.benchmark import benchmark, model_reference
+
+COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
+           "ci_low", "ci_high", "verdict", "level", "note")
+IN_PROCESS_METRICS = tuple(m for m in DEFAULT_METRICS if m != "peak_cuda_allocated_bytes")
+
+
+def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants: Sequence[str] = (),
+            metrics: Sequence[str] = IN_PROCESS_METRICS, results_dir: str | Path = "results/adhoc",
+            **benchmark_args: Any) -> pd.DataFrame:
+    """Several models (the first is the baseline), or one model under several ``variants`` (the first is the
+    baseline), each measured by ``benchmark`` with ``benchmark_args``; one row per side, hardware, batch size
+    and metric: ``ratio`` > 1 means the side is better than the baseline."""
+    listed: list[ModelSource | str] = list(models) if isinstance(models, (list, tuple)) else [models]  # type: ignore[list-item]
+    if bad := [m for m in metrics if m not in METRICS]:
+        raise ConfigError(f"compare: metrics {', '.join(bad)}; allowed: {', '.join(METRICS)}")
+    if len(listed) < 2 and len(variants) < 2:
+        raise ConfigError("compare: one model and fewer than two variants; allowed: two or more models, or one "
+                          "model with two or more variants (the first is the baseline)")
+    if len(listed) > 1 and variants:
+        raise ConfigError("compare: several models and variants at once; allowed: models side by side, or one "
+                          "model's variants side by side")
+    refs: list[str] = []
+    for i, m in enumerate(listed):  # two modules of one class get two names, not one registration
+        ref = model_reference(m)
+        refs.append(ref if ref not in refs else model_reference(m, f"{ref}-{i + 1}"))
+    frames = [benchmark(ref, variants=variants, results_dir=results_dir, **benchmark_args) for ref in refs]
+    rows = pd.concat(frames, ignore_index=True)
+    by = "model" if len(refs) > 1 else "variant"
+    return judged(rows, by, refs[0] if by == "model" else str(rows["variant"].iloc[0]), metrics)
+
+
+def judged(rows: pd.DataFrame, by: str, baseline: str, metrics: Sequence[str]) -> pd.DataFrame:
+    """Each value of ``by`` against ``baseline`` at the same hardware and batch size (pure: rows in, table out)."""
+    reader = SampleFiles()
+    good = rows[rows["status"] == "ok"]
+    out: list[Mapping[str, Any]] = []
+    for (hardware, batch), grp in good.groupby(["hardware", "batch_size"], sort=False):
+        base = grp[grp[by] == baseline]
+        if base.empty:
+            continue
+        for side, side_rows in grp[grp[by] != baseline].groupby(by, sort=False):
+            for metric in metrics:
+                c = compare_rows(side_rows, base, metric, reader)
+                out.append({"hardware": hardware, "batch_size": batch, "side": side, "baseline": baseline,
+                            "metric": metric, "side_value": _median(side_rows, metric),
+                            "baseline_value": _median(base, metric), "ratio": c.ratio, "ci_low": c.ci_low,
+                            "ci_high": c.ci_high, "verdict": c.verdict, "level": c.level, "note": c.note})
+    return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    return float(pd.to_numeric(rows[column], errors="coerce").median()) if column in rows else float("nan")
