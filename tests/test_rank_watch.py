@@ -121,3 +121,14 @@ def test_weights_in_sync_and_peers_through_the_group(monkeypatch):
     info = distributed.DistInfo(0, 0, 2, "gloo")
     assert distributed.weights_in_sync(torch.nn.Linear(2, 2), info) is True
     assert distributed.local_peer_pids(info) == [], "the fake's other rank is this very process"
+
+
+def test_a_store_that_went_away_leaves_the_ranks_own_error_standing():
+    from benchlib.run.measure import _tell_the_other_ranks
+
+    class GoneStore(FakeStore):
+        def add(self, key, amount):
+            raise RuntimeError("Connection reset by peer")
+
+    watch = RankWatch(GoneStore(), 1, 2, lambda f: None, end_process=_end)
+    _tell_the_other_ranks(watch, ValueError("own error"))  # returns: the caller re-raises its own error

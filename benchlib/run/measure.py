@@ -169,10 +169,13 @@ def _tell_the_other_ranks(watch: RankWatch, exc: Exception) -> None:
     An error that followed another rank's failure (a collective whose peer went away) is not a cause: that
     rank's failure is handled instead, and this call does not return.
     """
-    earlier = watch.peer_failure()
-    if earlier is not None:
-        watch.handle(earlier)
-    watch.post(exc, failure_status(exc))
+    try:
+        earlier = watch.peer_failure()
+        if earlier is not None:
+            watch.handle(earlier)
+        watch.post(exc, failure_status(exc))
+    except RuntimeError:  # the store is gone (torchrun is ending the job): this rank's own error stands
+        return
     if watch.rank != 0:
         watch.wait_recorded()  # rank 0 writes the row naming this rank before torchrun ends the job
 
