@@ -105,8 +105,8 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
         flat.setdefault("synthetic_classes", num_classes or probe_classes(ref, size))
         flat.setdefault("synthetic_samples", max(256, 4 * max(batch_sizes, default=1)))
     run_settings: RunSettings = settings_from_mapping(flat, "benchmark")
+    check_settings(run_settings, [ref], "benchmark")  # the data set first: its class count is read from it
     if data != "synthetic":
-        check_settings(run_settings, [ref], "benchmark")  # the data set first: its class count is read from it
         wanted = data_classes(run_settings)
         if (got := probe_classes(ref, size, wanted)) != wanted:
             raise ConfigError(f"model '{ref}' returns {got} logits; data set '{data}' has {wanted} classes; allowed: "
@@ -114,7 +114,6 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
     check_batch_sizes(list(batch_sizes), run_settings, "benchmark")
     check_hardware([device], "benchmark", key="hardware")
     check_gpus([device], [run_settings], "benchmark", key="hardware")
-    check_settings(run_settings, [ref], "benchmark")
     configs = pair_configs(study, device, ref, batch_sizes, run_settings, variants=variants)
     check_gpu_memory(configs, "benchmark")
     rows = run_pair(study, device, ref, batch_sizes, run_settings, results_dir, variants=variants, resume=resume,
