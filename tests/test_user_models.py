@@ -283,6 +283,11 @@ def test_compare_puts_models_side_by_side_with_verdicts_and_refuses_what_it_cann
     assert row["level"] == "steps", "one process: judged on its steps, and it says so"
     assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
     assert row["verdict"] in {"faster", "slower", "same", "inconclusive"}
+    everything = benchlib.compare([net(4), net(64)], hardware="cpu", batch_sizes=[8], image_size=32, steps=4,
+                                  results_dir=tmp_path, settings={"latency_repeats": 5, "warmup_steps": 1},
+                                  progress=None)
+    assert "train_samples_per_s" in set(everything["metric"])
+    assert "peak_cuda_allocated_bytes" not in set(everything["metric"]), "not measured on a CPU: left out"
     with pytest.raises(ConfigError, match="allowed: two or more models, or one model with two or more variants"):
         benchlib.compare(net(4), results_dir=tmp_path)
     with pytest.raises(ConfigError, match="compare: metrics speed; allowed:"):

@@ -9,6 +9,7 @@ processes: a study with ``repeats`` (``benchlib compare PARAMS.yaml``).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,15 +24,15 @@ from ..run.benchmark import benchmark, model_reference
 
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
            "ci_low", "ci_high", "verdict", "level", "note")
-IN_PROCESS_METRICS = tuple(m for m in DEFAULT_METRICS if m != "peak_cuda_allocated_bytes")
 
 
 def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants: Sequence[str] = (),
-            metrics: Sequence[str] = IN_PROCESS_METRICS, results_dir: str | Path = "results/adhoc",
+            metrics: Sequence[str] = DEFAULT_METRICS, results_dir: str | Path = "results/adhoc",
             **benchmark_args: Any) -> pd.DataFrame:
     """Several models (the first is the baseline), or one model under several ``variants`` (the first is the
     baseline), each measured by ``benchmark`` with ``benchmark_args``; one row per side, hardware, batch size
-    and metric: ``ratio`` > 1 means the side is better than the baseline."""
+    and metric: ``ratio`` > 1 means the side is better than the baseline (a metric neither side measured, such
+    as CUDA memory on a CPU, is left out)."""
     listed: list[ModelSource | str] = list(models) if isinstance(models, (list, tuple)) else [models]  # type: ignore[list-item]
     if bad := [m for m in metrics if m not in METRICS]:
         raise ConfigError(f"compare: metrics {', '.join(bad)}; allowed: {', '.join(METRICS)}")
@@ -62,6 +63,9 @@ def judged(rows: pd.DataFrame, by: str, baseline: str, metrics: Sequence[str]) -
             continue
         for side, side_rows in grp[grp[by] != baseline].groupby(by, sort=False):
             for metric in metrics:
+                column = METRICS[metric].column
+                if math.isnan(_median(side_rows, column)) and math.isnan(_median(base, column)):
+                    continue  # not measured here (CUDA memory on a CPU)
                 c = compare_rows(side_rows, base, metric, reader)
                 out.append({"hardware": hardware, "batch_size": batch, "side": side, "baseline": baseline,
                             "metric": metric, "side_value": _median(side_rows, metric),
