@@ -31,7 +31,7 @@ _API: dict[str, str] = {
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
     # one call on any model
-    "benchmark": "benchlib.run.benchmark", "compare": "benchlib.pipeline.compare",
+    "benchmark": "benchlib.pipeline.benchmark", "compare": "benchlib.pipeline.compare",
     "register_model": "benchlib.nets.user_models",
     # measure and record
     "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measure", "record": "benchlib.run.record",
@@ -73,9 +73,9 @@ if TYPE_CHECKING:
     from .env.manifest import collect_manifest
     from .env.threads import apply_threads
     from .nets.user_models import register_model
+    from .pipeline.benchmark import benchmark
     from .pipeline.compare import compare
     from .roofline.ceilings import Ceilings, measure_ceilings
-    from .run.benchmark import benchmark
     from .run.measure import Measurement, measure
     from .run.preflight import load_study, settings_from_params
     from .run.profile import record_profile

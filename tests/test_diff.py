@@ -244,7 +244,15 @@ def fresh(tmp_path_factory):
     return root
 
 
-def test_identical_single_runs_in_fresh_processes_are_never_called_different(fresh):
+def test_identical_single_runs_in_fresh_processes_are_judged_only_against_the_floor(fresh):
+    """Without a floor, one run a side in different processes is never called different. With one, a claim
+    is made exactly where the ratio lies beyond the floor's band, and only there.
+
+    Whether two real runs stay inside the floor is the machine's doing, not benchlib's: in one CI run two
+    identical fresh runs on this VM differed by more than the 29% written here (its speed moves by up to 1.9x
+    within a minute), and a measured floor is what covers that. How often identical runs exceed a measured
+    floor is the seeded calibration above (``test_the_floor_is_the_prediction_bound_of_two_single_runs``).
+    """
     metrics = ["train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50", "peak_rss_bytes"]
     table = diff(fresh / "a", fresh / "b", metrics)
     assert not set(table["verdict"]) & CLAIMS, table[["metric", "ratio", "verdict", "level"]]
@@ -252,8 +260,16 @@ def test_identical_single_runs_in_fresh_processes_are_never_called_different(fre
     assert any("benchlib calibrate" in n for n in notes(table))
     assert any("no noise floor measured" in line for line in floor_lines(fresh / "a", fresh / "b"))
     with_floor = diff(fresh / "a_floor", fresh / "b_floor", metrics[:3])
-    assert set(with_floor["level"]) == {"floor"} and not set(with_floor["verdict"]) & CLAIMS, with_floor
-    assert regressions(with_floor, 0).empty
+    assert set(with_floor["level"]) == {"floor"}, with_floor
+    for row in with_floor.to_dict("records"):
+        floor = float(re.search(r"±(\d+)%", row["test"]).group(1))
+        assert 25 <= floor <= 35, row  # the written floor (about 29%), as the band of this comparison
+        assert row["ci_high"] / row["ci_low"] >= (1 + floor / 100) ** 2 * 0.99, row
+        beyond = row["ci_low"] > 1.0 or row["ci_high"] < 1.0
+        assert (row["verdict"] in CLAIMS) == beyond, row
+        assert (row["verdict"] == "inconclusive") == (not beyond), row
+    claimed = with_floor[with_floor["verdict"].isin(["slower", "worse"])]
+    assert len(regressions(with_floor, 0)) == len(claimed)
 
 
 def test_one_thread_against_two_in_fresh_processes_is_claimed_beyond_the_floor(fresh, capsys):

@@ -8,10 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
 
 from benchlib.store.atomic import atomic_write_text
-from benchlib.store.rows import read_results, write_row, write_table
+from benchlib.store.rows import parquet_ready, read_results, write_row, write_table
 from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
@@ -77,6 +78,26 @@ def test_write_table(tmp_path):
     write_row(tmp_path, _row(run_id="other"))
     table = write_table(tmp_path)
     assert table.read_text().count("\n") == 3
+
+
+def test_the_table_is_also_parquet_with_one_type_per_column(tmp_path):
+    pytest.importorskip("pyarrow", reason="results.parquet needs the parquet extra (pyarrow)")
+    write_row(tmp_path, _row(error=None))
+    write_row(tmp_path, _row(run_id="other", status="oom", train_samples_per_s=None, error="CUDA out of memory"))
+    write_table(tmp_path)
+    back = pd.read_parquet(tmp_path / "results.parquet")
+    csv = read_results([tmp_path])
+    assert list(back.columns) == list(csv.columns) and len(back) == 2
+    assert back["train_samples_per_s"].dtype.kind == "f" and back["train_samples_per_s"].isna().sum() == 1
+    assert back.set_index("run_id").loc["other", "error"] == "CUDA out of memory"
+    mixed = pd.DataFrame({"threads": pd.Series([2, "auto", None], dtype=object), "knobs": [{"a": 1}, None, None]})
+    with pytest.raises(Exception):  # noqa: B017  what pyarrow does with it unprepared (the reason for the step)
+        mixed.to_parquet(tmp_path / "raw.parquet")
+    ready = parquet_ready(mixed)
+    ready.to_parquet(tmp_path / "ready.parquet")
+    threads = pd.read_parquet(tmp_path / "ready.parquet")["threads"]
+    assert list(threads[:2]) == ["2", "auto"] and threads.isna()[2], "as text, nothing lost"
+    assert ready["knobs"][0] == '{"a": 1}'
 
 
 _CHILD = textwrap.dedent("""

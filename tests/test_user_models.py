@@ -1,9 +1,12 @@
 """Any model, not only the five torchvision names: a module from Python, a timm name, an import path."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 import textwrap
+from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -12,6 +15,7 @@ from benchlib.errors import ConfigError
 from benchlib.nets.flops import complexity_for_run
 from benchlib.nets.models import build_model
 from benchlib.nets.user_models import register_model
+from benchlib.report.glance import glance_html
 from benchlib.spec.settings import RunConfig
 from benchlib.spec.study import parse_study
 from benchlib.spec.vocab import MODEL_FORMS, model_problem, model_token
@@ -146,7 +150,7 @@ def test_an_untraceable_model_skips_static_int8_with_the_reason():
 
 def test_benchmark_measures_a_users_module_and_records_its_rows(tmp_path):
     import benchlib
-    from benchlib.store.rows import read_results
+    from benchlib.store.rows import read_results, write_table
 
     class SmallCNN(nn.Module):
         def __init__(self):
@@ -166,6 +170,20 @@ def test_benchmark_measures_a_users_module_and_records_its_rows(tmp_path):
     assert (df["flops_per_sample"] > 0).all() and df["roof_fraction"].notna().all()
     assert set(read_results([tmp_path])["run_id"]) == set(df["run_id"]), "recorded in the results folder"
     assert list(df.columns) == list(read_results([tmp_path]).columns), "the results schema's columns"
+    shown = df._repr_html_()  # what Jupyter displays: a short table, its flags and how it was made, a figure
+    assert "<b>SmallCNN</b> on <b>cpu</b>" in shown and shown.count("<tr>") == 1 + 2, "a header and 2 lines"
+    for words in ("train (samples/s)", "step spread (IQR/median)", "latency p99 (ms)", "share of roof (train)",
+                  "One run a side cannot tell", "data:image/png;base64,"):
+        assert words in shown, words
+    figure = Path(df.attrs["figure_path"])
+    assert figure.parent == tmp_path / "figures" and figure.read_bytes()[:4] == b"\x89PNG", "saved as a file too"
+    assert type(df[df["batch_size"] == 8]) is pd.DataFrame, "what is derived from it displays in full"
+    if importlib.util.find_spec("pyarrow"):  # real rows, every column, through Parquet
+        write_table(tmp_path)
+        parquet = pd.read_parquet(tmp_path / "results.parquet")
+        assert parquet["run_id"].tolist() == read_results([tmp_path])["run_id"].tolist()
+    failed = pd.concat([df, df.iloc[:1].assign(status="oom", error="CUDA out of memory at batch 8")])
+    assert f"{df['variant'][0]}, batch 8: oom: CUDA out of memory at batch 8" in glance_html(failed)
 
 
 @pytest.mark.parametrize("model, words", [

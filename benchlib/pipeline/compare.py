@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..nets.user_models import ModelSource
 from ..report.diff import DEFAULT_METRICS
 from ..report.evidence import METRICS, SampleFiles, compare_rows
-from ..run.benchmark import benchmark, model_reference
+from .benchmark import benchmark, model_reference
 
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
            "ci_low", "ci_high", "verdict", "level", "note")

@@ -129,7 +129,7 @@ def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
         taken.add(name)
         dest = report.data_copy(name)
         dest.mkdir(parents=True, exist_ok=True)
-        for src in (layout.results_csv, layout.run_rules_path):
+        for src in (layout.results_csv, layout.results_parquet, layout.run_rules_path):
             if src.exists():
                 shutil.copyfile(src, dest / src.name)
         for sub, files in (("manifests", layout.manifest_files()), ("ceilings", layout.ceilings_files()),

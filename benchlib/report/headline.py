@@ -8,7 +8,7 @@ rounding rule. A missing figure is an en dash, and why it is missing is said und
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,8 +135,12 @@ def _notes(missing: dict[str, dict[str, int]], total: int, empty: list[str]) -> 
     return notes
 
 
-def headline_table(df: pd.DataFrame) -> Headline:
-    """One line per configuration (the median over its seeds), in human units; sorted by model, device, variant."""
+def headline_table(df: pd.DataFrame,
+                   columns: Mapping[str, tuple[str, Callable[[Any], str]]] = HEADLINE) -> Headline:
+    """One line per configuration (the median over its seeds), in human units; sorted by model, device, variant.
+
+    ``columns``: shown name -> (row column, formatter), the summary's dozen figures unless told otherwise.
+    """
     good = ok_rows(df) if not df.empty else df
     if good.empty:
         return Headline(pd.DataFrame())
@@ -153,7 +157,7 @@ def headline_table(df: pd.DataFrame) -> Headline:
                                "batch": int(first["batch_size"])}
         if seeds:
             rec["runs"] = len(rows)
-        for shown, (column, text) in HEADLINE.items():
+        for shown, (column, text) in columns.items():
             rec[shown], why = _cell(rows, column, text)
             if why is not None:
                 reasons = missing.setdefault(shown, {})
@@ -161,7 +165,7 @@ def headline_table(df: pd.DataFrame) -> Headline:
         rec["flags"] = flags(rows) or fmt.MISSING
         records.append(rec)
     table = pd.DataFrame(records)
-    empty = [c for c in HEADLINE if (table[c] == fmt.MISSING).all()]
+    empty = [c for c in columns if (table[c] == fmt.MISSING).all()]
     notes = _notes(missing, len(table), empty)
     table = table.drop(columns=empty + (["flags"] if (table["flags"] == fmt.MISSING).all() else []))
     return Headline(table, notes)

@@ -88,8 +88,18 @@ class ResultsLayout:
         return sorted(self.rows_dir.glob("*.json"))
 
     @property
+    def figures_dir(self) -> Path:
+        """Figures the Python API draws for a result it returns (``benchlib.benchmark``'s throughput chart)."""
+        return self.root / "figures"
+
+    @property
     def results_csv(self) -> Path:
         return self.root / "results.csv"
+
+    @property
+    def results_parquet(self) -> Path:
+        """The same table as Parquet (typed columns), written beside the CSV where pyarrow is installed."""
+        return self.root / "results.parquet"
 
     def superseded_dir(self, stamp: str) -> Path:
         return self.root / "superseded" / stamp

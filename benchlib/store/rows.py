@@ -6,6 +6,8 @@ telemetry sit beside it under the same key (see :mod:`benchlib.store.layout`).
 from __future__ import annotations
 
 import errno
+import importlib.util
+import io
 import json
 import shutil
 import warnings
@@ -16,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DiskFull
-from .atomic import atomic_write_json, atomic_write_text, json_ready
+from .atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_ready
 from .layout import ResultsLayout, row_key
 from .schema import COLUMN_NAMES, COMPLETE_STATUSES, REQUIRED_COLUMNS, row_problem, unknown_columns
 
@@ -182,11 +184,31 @@ def read_samples(results: str | Path | ResultsLayout, row: Mapping[str, Any]) ->
     return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=list(SAMPLE_COLUMNS))
 
 
+def parquet_ready(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with one type per column, as Parquet needs: a text column that also holds numbers or
+    flags (a setting that is ``auto`` in one row and ``4`` in another) becomes text, missing values kept."""
+    out = df.copy()
+    for name in out.columns:
+        column = out[name]
+        if column.dtype != object:
+            continue
+        kinds = {type(v) for v in column if v is not None and not (isinstance(v, float) and v != v)}
+        if len(kinds) > 1 or kinds & {dict, list}:
+            out[name] = column.map(lambda v: None if v is None or (isinstance(v, float) and v != v)
+                                   else json.dumps(v) if isinstance(v, dict | list) else str(v))
+    return out
+
+
 def write_table(results: str | Path | ResultsLayout) -> Path:
-    """Rebuild ``results.csv`` (every row of the folder) atomically."""
+    """Rebuild ``results.csv`` (every row of the folder) atomically, and ``results.parquet`` beside it where
+    pyarrow is installed (the ``parquet`` extra)."""
     layout = layout_of(results)
     df = read_results([layout.root])
     atomic_write_text(layout.results_csv, df.to_csv(index=False))
+    if importlib.util.find_spec("pyarrow") is not None:
+        buffer = io.BytesIO()
+        parquet_ready(df).to_parquet(buffer, index=False)
+        atomic_write_bytes(layout.results_parquet, buffer.getvalue())
     return layout.results_csv
 
 

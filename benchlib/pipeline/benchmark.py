@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 from torch import nn
 
@@ -22,12 +21,14 @@ from ..env.devices import resolve_hardware
 from ..errors import ConfigError
 from ..nets.models import build_model
 from ..nets.user_models import ModelSource, is_registered, register_model
+from ..report.glance import BenchmarkResults, save_figure
+from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
+from ..run.record import ProgressFn, pair_configs, run_pair, say
 from ..spec.settings import RunSettings, check_batch_sizes, settings_from_mapping
-from ..spec.variants import Variant
+from ..spec.variants import Variant, parse_variant
 from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, model_problem
+from ..store.layout import ResultsLayout
 from ..store.rows import read_results
-from .preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
-from .record import ProgressFn, pair_configs, run_pair, say
 
 DEFAULT_IMAGE_SIZE_PX = 224  # what ImageNet-style networks are built for, when the model does not say
 DEFAULT_STEPS = 20
@@ -85,8 +86,9 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
               variants: Sequence[str | Mapping[str, Any] | Variant] = (), steps: int = DEFAULT_STEPS,
               data: str = "synthetic", data_path: str | None = None, results_dir: str | Path = "results/adhoc",
               study: str = "adhoc", settings: Mapping[str, Any] | None = None, resume: bool = False,
-              progress: ProgressFn | None = say) -> pd.DataFrame:
-    """Train and time ``model`` at each batch size and variant on ``hardware``; record and return the rows.
+              progress: ProgressFn | None = say) -> BenchmarkResults:
+    """Train and time ``model`` at each batch size and variant on ``hardware``; record and return the rows
+    (a DataFrame; in Jupyter it displays as a short table with its flags and a throughput figure).
 
     ``steps`` timed training steps (after the settings' warmup); ``settings`` sets any other run setting
     (``{"epochs": 2, "lr": 0.05}``). With ``data="synthetic"`` the data has the model's own class count; a
@@ -95,6 +97,7 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
     changed under the same name).
     """
     ref = model_reference(model, name)
+    chosen = [v if isinstance(v, Variant) else parse_variant(v, "benchmark: variants") for v in variants]
     device = resolve_hardware(hardware)
     flat: dict[str, Any] = {"dataset": data, "train_steps": steps, **(settings or {})}
     if data_path is not None:
@@ -114,10 +117,14 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
     check_batch_sizes(list(batch_sizes), run_settings, "benchmark")
     check_hardware([device], "benchmark", key="hardware")
     check_gpus([device], [run_settings], "benchmark", key="hardware")
-    configs = pair_configs(study, device, ref, batch_sizes, run_settings, variants=variants)
+    configs = pair_configs(study, device, ref, batch_sizes, run_settings, variants=chosen)
     check_gpu_memory(configs, "benchmark")
-    rows = run_pair(study, device, ref, batch_sizes, run_settings, results_dir, variants=variants, resume=resume,
+    rows = run_pair(study, device, ref, batch_sizes, run_settings, results_dir, variants=chosen, resume=resume,
                     progress=progress)
     ids = {str(r["run_id"]) for r in rows}
     frame = read_results([results_dir])
-    return frame[frame["run_id"].isin(ids)].reset_index(drop=True)
+    mine = frame[frame["run_id"].isin(ids)].reset_index(drop=True)
+    result = BenchmarkResults(mine)
+    figure = save_figure(mine, ResultsLayout.of(results_dir).figures_dir) if not mine.empty else None
+    result.attrs["figure_path"] = str(figure) if figure else ""
+    return result
