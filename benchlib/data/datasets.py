@@ -1,17 +1,18 @@
 """Data sets benchlib trains and evaluates on, read from their usual on-disk formats without downloading.
 
 Why this module exists: benchmarks must run offline and reproducibly, so every data set is either embedded
-(``digits``) or read from a folder the user already has, with layout problems reported as one-line
-``DataPathError`` messages before any training starts. One module per format does the reading
-(:mod:`.digits`, :mod:`.cifar`, :mod:`.tinyimagenet`, :mod:`.imagefolder`); this one dispatches by name.
+(``digits``), read from a folder the user already has, or handed over from Python (:mod:`.user_data`), with
+layout problems reported as one-line ``DataPathError`` messages before any training starts. One module per
+format does the reading (:mod:`.digits`, :mod:`.cifar`, :mod:`.tinyimagenet`, :mod:`.imagefolder`); this
+one dispatches by name.
 """
 from __future__ import annotations
 
 import os
 
 from ..errors import DataPathError
-from ..spec.vocab import DATASETS, DATASETS_NEEDING_PATH
-from . import cifar, digits, imagefolder, tinyimagenet
+from ..spec.vocab import DATA_FORMS, DATASETS, DATASETS_NEEDING_PATH, is_python_data
+from . import cifar, digits, imagefolder, tinyimagenet, user_data
 from .common import DatasetSplits
 
 LAYOUTS: dict[str, str] = {"cifar10": cifar.LAYOUT, "tinyimagenet": tinyimagenet.LAYOUT,
@@ -22,8 +23,8 @@ __all__ = ["DATASETS", "DATASETS_NEEDING_PATH", "DatasetSplits", "check_data_pat
 
 def _check_name(name: str) -> None:
     """Reject unknown names here so each caller need not repeat the allowed list."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown data set '{name}': expected one of {', '.join(DATASETS)}")
+    if name not in DATASETS and not is_python_data(name):
+        raise ValueError(f"unknown data set '{name}': expected {DATA_FORMS}")
 
 
 def num_classes_of(name: str, path: str | None) -> int:
@@ -31,6 +32,8 @@ def num_classes_of(name: str, path: str | None) -> int:
     _check_name(name)
     if name == "synthetic":
         raise ValueError("the 'synthetic' data set has no fixed number of classes: the caller chooses it")
+    if is_python_data(name):
+        return user_data.user_classes(name)
     if name == "digits":
         return digits.NUM_CLASSES
     if name == "cifar10":
@@ -46,6 +49,9 @@ def num_classes_of(name: str, path: str | None) -> int:
 def check_data_path(name: str, path: str | None) -> None:
     """Fail fast, with a fixable one-line message, before any slow loading; only lists folders."""
     _check_name(name)
+    if is_python_data(name):
+        user_data.user_data(name)
+        return
     if name not in DATASETS_NEEDING_PATH:
         return
     if path is None or str(path) == "":
@@ -78,6 +84,8 @@ def load_dataset(name: str, path: str | None, image_size: int, *, train_subset: 
         if size is not None and size <= 0:
             raise ValueError(f"{label} must be a positive number of images, got {size}")
     check_data_path(name, path)
+    if is_python_data(name):
+        return user_data.load_user_data(name, image_size, train_subset, test_subset, seed)
     if name == "digits":
         return digits.load(image_size, train_subset, test_subset, seed)
     assert path is not None

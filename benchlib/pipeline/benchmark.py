@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
+from ..data.user_data import register_data, set_classes, user_data, user_facts
 from ..engine.setup import num_classes as data_classes
 from ..env.devices import resolve_hardware
 from ..errors import ConfigError
@@ -26,12 +28,13 @@ from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_
 from ..run.record import ProgressFn, pair_configs, run_pair, say
 from ..spec.settings import RunSettings, check_batch_sizes, settings_from_mapping
 from ..spec.variants import Variant, parse_variant
-from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, model_problem
+from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, is_python_data, model_problem
 from ..store.layout import ResultsLayout
 from ..store.rows import read_results
 
 DEFAULT_IMAGE_SIZE_PX = 224  # what ImageNet-style networks are built for, when the model does not say
 DEFAULT_STEPS = 20
+DEFAULT_BATCH_SIZES = (32,)
 PROBE_CLASSES = 10  # the class count a factory that takes num_classes is probed with
 
 
@@ -81,10 +84,29 @@ def probe_classes(ref: str, image_size: int, asked: int = PROBE_CLASSES) -> int:
     return int(out.shape[1])
 
 
+def _python_data(data: Any, data_name: str | None, model: str, image_size: int | None, num_classes: int | None,
+                 batch_sizes: Sequence[int] | None, flat: dict[str, Any]) -> tuple[str, int, Sequence[int] | None]:
+    """Register a user's data; returns its reference, its image size and the batch sizes (a DataLoader's own
+    where none were asked); its loader's workers become the default ``num_workers``."""
+    train, test = data if isinstance(data, tuple) and len(data) == 2 else (data, None)
+    base = train.dataset if isinstance(train, DataLoader) else train
+    ref = register_data(data_name or type(base).__name__, train, test, num_classes)
+    entry = user_data(ref)
+    if image_size is not None and image_size != entry.image_size:
+        raise ConfigError(f"benchmark: image_size is {image_size}; data '{ref}' holds images of {entry.image_size} "
+                          f"px; allowed: image_size {entry.image_size} (or leave it out)")
+    if entry.num_classes is None:
+        set_classes(ref, probe_classes(model, entry.image_size))
+    if entry.num_workers is not None:
+        flat.setdefault("num_workers", entry.num_workers)
+    return ref, entry.image_size, batch_sizes or ([entry.batch_size] if entry.batch_size else None)
+
+
 def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: str = "auto",
-              batch_sizes: Sequence[int] = (32,), image_size: int | None = None, num_classes: int | None = None,
+              batch_sizes: Sequence[int] | None = None, image_size: int | None = None, num_classes: int | None = None,
               variants: Sequence[str | Mapping[str, Any] | Variant] = (), steps: int = DEFAULT_STEPS,
-              data: str = "synthetic", data_path: str | None = None, results_dir: str | Path = "results/adhoc",
+              data: str | Dataset[Any] | DataLoader[Any] | tuple[Any, Any] = "synthetic",
+              data_path: str | None = None, data_name: str | None = None, results_dir: str | Path = "results/adhoc",
               study: str = "adhoc", settings: Mapping[str, Any] | None = None, resume: bool = False,
               progress: ProgressFn | None = say) -> BenchmarkResults:
     """Train and time ``model`` at each batch size and variant on ``hardware``; record and return the rows
@@ -92,17 +114,24 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
 
     ``steps`` timed training steps (after the settings' warmup); ``settings`` sets any other run setting
     (``{"epochs": 2, "lr": 0.05}``). With ``data="synthetic"`` the data has the model's own class count; a
-    data set name (``digits``, ``cifar10`` with ``data_path``, ...) must match it. ``resume`` keeps rows a
+    data set name (``digits``, ``cifar10`` with ``data_path``, ...) must match it; so must a user's own
+    ``Dataset`` or ``DataLoader`` (or a ``(train, test)`` pair of them; ``data_name`` names it, else its
+    class), whose image size it takes and whose class count is ``num_classes``, else the one it states, else
+    the model's output width (``data/user_data.py``). ``resume`` keeps rows a
     previous call recorded with the same settings (off by default: a model defined in a notebook may have
     changed under the same name).
     """
     ref = model_reference(model, name)
     chosen = [v if isinstance(v, Variant) else parse_variant(v, "benchmark: variants") for v in variants]
     device = resolve_hardware(hardware)
-    flat: dict[str, Any] = {"dataset": data, "train_steps": steps, **(settings or {})}
+    flat: dict[str, Any] = {"train_steps": steps, **(settings or {})}
     if data_path is not None:
         flat["data_path"] = data_path
     size = image_size or _timm_input_size(ref) or int(flat.get("image_size") or DEFAULT_IMAGE_SIZE_PX)
+    if not isinstance(data, str):  # the user's own Dataset or DataLoader (or a (train, test) pair of them)
+        data, size, batch_sizes = _python_data(data, data_name, ref, image_size, num_classes, batch_sizes, flat)
+    batch_sizes = list(batch_sizes or DEFAULT_BATCH_SIZES)
+    flat["dataset"] = data
     flat["image_size"] = size
     if data == "synthetic":
         flat.setdefault("synthetic_classes", num_classes or probe_classes(ref, size))
@@ -114,7 +143,10 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
         if (got := probe_classes(ref, size, wanted)) != wanted:
             raise ConfigError(f"model '{ref}' returns {got} logits; data set '{data}' has {wanted} classes; allowed: "
                               "a model with as many outputs, or a factory taking num_classes")
-    check_batch_sizes(list(batch_sizes), run_settings, "benchmark")
+    check_batch_sizes(batch_sizes, run_settings, "benchmark")
+    if is_python_data(data) and max(batch_sizes) > (n_train := user_facts(data)[0]):
+        raise ConfigError(f"benchmark: key 'batch_sizes' has {max(batch_sizes)}, larger than the {n_train} training "
+                          f"samples of '{data}'; allowed: 1..{n_train}")
     check_hardware([device], "benchmark", key="hardware")
     check_gpus([device], [run_settings], "benchmark", key="hardware")
     configs = pair_configs(study, device, ref, batch_sizes, run_settings, variants=chosen)

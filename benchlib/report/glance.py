@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from .show import table_html
 from .tables import ok_rows
 
 STEP_SPREAD = "train_step_spread"  # IQR over the median of the timed step times, derived for the table
-GLANCE = {
+GLANCE: dict[str, tuple[str, Callable[[Any], str]]] = {
     "train (samples/s)": ("train_samples_per_s", fmt.significant),
     "train step": ("train_step_s_median", fmt.seconds_text),
     "step spread (IQR/median)": (STEP_SPREAD, fmt.percent_text),

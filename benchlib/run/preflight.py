@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.datasets import check_data_path, load_dataset
+from ..data.user_data import user_facts
 from ..engine.setup import num_classes
 from ..env.devices import cuda_uuids, resolve_hardware
 from ..env.gpu import GpuFacts, arch_problem, copy_bytes_for, gpu_facts, precision_problem
@@ -30,7 +31,7 @@ from ..spec.settings import RunConfig, RunSettings, setting_names, settings_from
 from ..spec.study import StudyConfig
 from ..spec.study import load_study as parse_study_file
 from ..spec.variants import apply_variant
-from ..spec.vocab import DATASETS_NEEDING_PATH, MODELS
+from ..spec.vocab import DATASETS_NEEDING_PATH, MODELS, is_python_data
 from .columns import ACTIVATION_DTYPES
 
 # How far thread and worker counts may exceed the CPUs this process may use: scaling studies measure a
@@ -159,7 +160,10 @@ def check_data(s: RunSettings, where: str) -> None:
     try:
         if s.dataset in DATASETS_NEEDING_PATH:
             check_data_path(s.dataset, s.data_path)
-        train, test, classes = _split_facts(s.dataset, s.data_path)
+        if is_python_data(s.dataset):  # registered in this process, and maybe again: read as it is now
+            train, test, classes = user_facts(s.dataset)
+        else:
+            train, test, classes = _split_facts(s.dataset, s.data_path)
     except BenchlibError as exc:
         raise ConfigError(f"{where}: key 'data_path': {exc}") from exc
     for key, wanted, have, split in (("train_subset", s.train_subset, train, "training"),

@@ -1,7 +1,8 @@
 """One way to declare, check and describe a setting, shared by run settings, variant knobs and study keys.
 
 A setting is a dataclass field made with :func:`setting`: its type annotation, default, help text and
-checks (``choices``, ``min``, ``min_exclusive``, ``max``, ``max_exclusive``, ``pattern``). :func:`rules_of`
+checks (``choices``, ``min``, ``min_exclusive``, ``max``, ``max_exclusive``, ``pattern``; with both
+``choices`` and ``pattern``, a value may be either). :func:`rules_of`
 turns a dataclass into name -> :class:`Rule`; :func:`coerce` checks one value against its rule and returns
 it typed, or raises :class:`ConfigError` with one line naming the key and what is allowed.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from .vocab import NAME_WORDS
+from .vocab import NAME_WORDS, PATTERN_WORDS
 
 # PyYAML reads YAML 1.1, where ``1e-3`` (no dot) is a string: accept that spelling of a number.
 FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -74,8 +75,10 @@ def describe(rule: Rule) -> str:
     """What a rule allows, in words: ``one of: sgd, adam``, ``an integer >= 1``, ``a number > 0.0 and <= 10.0``."""
     if rule.choices is not None:
         text = "one of: " + ", ".join(map(str, rule.choices))
+        if rule.pattern is not None:  # either a listed value or one of the pattern's form
+            text += ", or " + PATTERN_WORDS.get(rule.pattern, NAME_WORDS)
     elif rule.pattern is not None:
-        text = NAME_WORDS
+        text = PATTERN_WORDS.get(rule.pattern, NAME_WORDS)
     else:
         bounds = [f"{op} {bound}" for op, bound in ((">=", rule.min), (">", rule.min_exclusive), ("<=", rule.max),
                                                      ("<", rule.max_exclusive)) if bound is not None]
@@ -95,12 +98,15 @@ def is_type(value: Any, tp: type) -> bool:
 
 
 def _in_range(value: Any, rule: Rule) -> bool:
-    return ((rule.choices is None or value in rule.choices)
+    listed = rule.choices is not None and value in rule.choices
+    formed = rule.pattern is not None and bool(rule.pattern.match(value))
+    named = listed or formed if rule.choices is not None and rule.pattern is not None else (
+        (rule.choices is None or listed) and (rule.pattern is None or formed))
+    return (named
             and (rule.min is None or value >= rule.min)
             and (rule.min_exclusive is None or value > rule.min_exclusive)
             and (rule.max is None or value <= rule.max)
-            and (rule.max_exclusive is None or value < rule.max_exclusive)
-            and (rule.pattern is None or bool(rule.pattern.match(value))))
+            and (rule.max_exclusive is None or value < rule.max_exclusive))
 
 
 def coerce(name: str, value: Any, rule: Rule, where: str, *, what: str = "key") -> Any:

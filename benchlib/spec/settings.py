@@ -29,6 +29,7 @@ from .vocab import (
     NAME_PATTERN,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
+    PYTHON_DATA_REF,
     model_token,
 )
 
@@ -43,7 +44,7 @@ MANY = 10**6
 class RunSettings:
     """Everything one configuration needs besides hardware, model and batch size."""
 
-    dataset: str = setting("digits", "data set", choices=DATASETS)
+    dataset: str = setting("digits", "data set", choices=DATASETS, pattern=PYTHON_DATA_REF)
     data_path: str | None = setting(None, "folder of the data set on disk (cifar10, tinyimagenet, imagefolder)")
     image_size: int = setting(32, "square input size in pixels", min=8, max=1024)
     train_subset: int | None = setting(None, "train on a seeded random subset of this many images", min=1, max=LARGE)

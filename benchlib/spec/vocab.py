@@ -19,6 +19,11 @@ MODEL_FORMS = (f"a torchvision name ({', '.join(MODELS)}), timm:NAME (with timm 
                "package.module:factory (a function or class returning an nn.Module)")
 DATASETS: tuple[str, ...] = ("digits", "synthetic", "cifar10", "tinyimagenet", "imagefolder")
 DATASETS_NEEDING_PATH: tuple[str, ...] = ("cifar10", "tinyimagenet", "imagefolder")
+# A Dataset or DataLoader handed to ``benchlib.benchmark`` in Python, registered for the process under this.
+PYTHON_DATA_PREFIX = "python:"
+PYTHON_DATA_REF = re.compile(r"^python:[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+DATA_FORMS = (f"{', '.join(DATASETS)}, or python:NAME (a Dataset or DataLoader handed to benchlib.benchmark in "
+              "this process)")
 DIGITS_TRAIN_SAMPLES = 1437  # scikit-learn's 1797 digits, 80% in the fixed training split
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "for_loop", "foreach", "fused")
@@ -45,6 +50,14 @@ def cuda_index(name: str) -> int | None:
     """N of ``cuda:N`` (0 for plain ``cuda``); None for other hardware names."""
     match = CUDA_NAME.match(name)
     return None if match is None else int(match.group(1) or 0)
+
+
+def is_python_data(name: str) -> bool:
+    return bool(PYTHON_DATA_REF.match(name))
+
+
+# What a setting with a ``pattern`` check allows, in words (fields.describe)
+PATTERN_WORDS: dict[re.Pattern[str], str] = {NAME_PATTERN: NAME_WORDS, PYTHON_DATA_REF: "python:NAME"}
 
 
 def is_timm_ref(model: str) -> bool:
