@@ -148,3 +148,20 @@ def test_the_index_headline_says_how_sure_each_figure_is():
          "train_samples_per_s": 2.0, "machine_drifted": False, "train_step_noisy": False}])
     text = site.headline_table(rows)
     assert "<th>how sure</th>" in text and "<td>machine drifted, noisy</td>" in text and "<td>no flag</td>" in text
+
+
+def test_a_kernel_runs_without_warnings_in_the_users_terminal(tmp_path, capfd):
+    """papermill passes a kernel's stderr through: ipykernel's TCP-without-encryption warning (and the
+    debugger's frozen-modules one) must not reach the user; over IPC the first has no cause."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("n = 1", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("print(n * 2)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, str(source))
+    assert publish.kernel_manager() is publish.IpcKernelManager, "Unix sockets on this machine"
+    publish.execute(source, tmp_path / "out.ipynb", {"n": 21}, cwd=tmp_path, cell_timeout_s=120, progress=False)
+    out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    assert out.cells[-1].outputs[0]["text"] == "42\n"
+    err = capfd.readouterr().err
+    assert "without encryption" not in err and "Debugging will proceed" not in err, err

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,8 +16,11 @@ from typing import Any
 
 import nbformat
 import papermill
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.paths import jupyter_runtime_dir
 from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from traitlets import default
 
 from ..errors import ConfigError
 from ..report import dictionary, site
@@ -43,6 +47,27 @@ def check_parameters(notebook: Path, params: Mapping[str, Any]) -> None:
 # The debugger an ipykernel 6 kernel starts warns on stderr at every start ("frozen modules ... Debugging will
 # proceed"), which papermill passes to the user's terminal: its own documented switch turns the check off.
 QUIET_KERNEL_ENV = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+UNIX_SOCKET_PATH_MAX = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes with its terminator
+
+
+class IpcKernelManager(AsyncKernelManager):
+    """A kernel reached over Unix sockets beside its connection file, not TCP on localhost.
+
+    Over TCP a current ipykernel warns at every start that code and outputs travel unencrypted (as they do,
+    to any local user who finds the port); over IPC nothing listens on the network and the warning has no
+    cause, so no user's terminal shows it.
+    """
+
+    @default("transport")
+    def _transport_default(self) -> str:
+        return "ipc"
+
+
+def kernel_manager() -> type[AsyncKernelManager] | None:
+    """IPC where Unix sockets exist and their paths fit (the runtime folder is short enough); else papermill's
+    own TCP manager (None)."""
+    longest = os.path.join(jupyter_runtime_dir(), f"kernel-{uuid.uuid4()}-ipc-65535")
+    return IpcKernelManager if os.name == "posix" and len(longest) <= UNIX_SOCKET_PATH_MAX else None
 
 
 def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Path,
@@ -54,11 +79,12 @@ def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Pat
     """
     check_parameters(notebook, params)
     output.parent.mkdir(parents=True, exist_ok=True)
+    manager = kernel_manager()
     with _environment({**QUIET_KERNEL_ENV, **(kernel_env or {})}):
         papermill.execute_notebook(
             str(notebook), str(output), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
             execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
-            request_save_on_cell_execute=True,
+            request_save_on_cell_execute=True, **({"kernel_manager_class": manager} if manager else {}),
         )
 
 
