@@ -28,6 +28,7 @@ _API: dict[str, str] = {
     "StudyConfig": "benchlib.spec.study", "Variant": "benchlib.spec.variants", "PRESETS": "benchlib.spec.variants",
     "parse_variant": "benchlib.spec.variants", "parse_search_space": "benchlib.spec.tune",
     "load_study": "benchlib.run.preflight", "settings_from_params": "benchlib.run.preflight",
+    "run_study": "benchlib.pipeline.study",
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
     # one call on any model
@@ -65,6 +66,7 @@ __all__ = [
     "record_profile",
     "register_model",
     "run_pair",
+    "run_study",
     "settings_from_params",
     "tune_pair",
 ]
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     from .nets.user_models import register_model
     from .pipeline.benchmark import benchmark
     from .pipeline.compare import compare
+    from .pipeline.study import run_study
     from .roofline.ceilings import Ceilings, measure_ceilings
     from .run.measure import Measurement, measure
     from .run.preflight import load_study, settings_from_params

@@ -14,9 +14,11 @@ from benchlib.spec.settings import setting_defaults
 from benchlib.store.rows import read_results
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOK_NAMES = ("benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb", "quickstart.ipynb")
 
 
-@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb"])
+@pytest.mark.parametrize("name", ["benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb",
+                                  "quickstart.ipynb"])
 def test_committed_notebooks_have_no_outputs_and_one_parameters_cell(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -46,9 +48,9 @@ def test_pair_notebook_parameters_match_the_run_settings(name):
 
 def test_notebook_cells_stay_thin():
     """Every code cell is a few lines that call benchlib: no logic lives only in a notebook."""
-    for name in ("benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb"):
+    for name in NOTEBOOK_NAMES:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-        for cell in nb.cells:
+        for cell in nb.cells[1:]:  # the install cell apart (the same in every notebook, tested below)
             if cell.cell_type == "code" and "parameters" not in cell.metadata.get("tags", []):
                 lines = [ln for ln in cell.source.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
                 assert len(lines) <= 6, cell.source
@@ -104,9 +106,31 @@ def test_tiny_study_through_papermill(tmp_path):
     assert "interfered" in summary, "the configurations table shows the interference flag"
 
 
+@pytest.mark.notebook
+def test_the_quickstart_runs_a_users_model_then_a_small_study(tmp_path):
+    """The quickstart as a new user runs it (fewer steps, the smoke study): a user's module measured and shown
+    at a glance, two variants judged, a study through papermill published."""
+    from benchlib.pipeline import publish
+
+    repo = NOTEBOOKS.parent
+    out = tmp_path / "quickstart.ipynb"
+    publish.execute(NOTEBOOKS / "quickstart.ipynb", out,
+                    {"steps": 3, "results_dir": str(tmp_path / "mine"), "study_params": str(repo / "params/smoke.yaml"),
+                     "results_root": str(tmp_path / "results"), "reports_root": str(tmp_path / "reports")},
+                    cwd=repo, cell_timeout_s=600, progress=False)
+    nb = nbformat.read(str(out), as_version=4)
+    shown = "\n".join(o.get("data", {}).get("text/html", "") for c in nb.cells if c.cell_type == "code"
+                      for o in c.outputs)
+    assert "<b>my_net</b> on <b>cpu</b>" in shown and "share of roof (train)" in shown, "the glance"
+    mine = read_results([tmp_path / "mine"])
+    assert set(mine["variant"]) >= {"cpu-default", "channels-last"} and (mine["status"] == "ok").all()
+    assert (mine["flops_per_sample"] > 0).all()
+    assert (tmp_path / "reports" / "smoke" / "summary.html").exists()
+    assert (read_results([tmp_path / "results" / "smoke"])["status"] == "ok").all()
+
+
 # ---------------------------------------------------------------- the Kaggle / Colab install cell
 
-NOTEBOOK_NAMES = ("benchmark.ipynb", "summary.ipynb", "profile.ipynb", "sweep.ipynb", "tune.ipynb")
 SERVICE_VARS = ("KAGGLE_KERNEL_RUN_TYPE", "COLAB_RELEASE_TAG", "BENCHLIB_PIP_SPEC")
 
 

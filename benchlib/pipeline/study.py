@@ -109,16 +109,17 @@ def writable_folder(folder: Path, flag: str) -> None:
                           "writable folder") from exc
 
 
-def run_study(cfg: StudyConfig, *, results_root: Path = Path("results"), reports_root: Path = Path("reports"),
+def run_study(cfg: StudyConfig, *, results_root: str | Path = "results", reports_root: str | Path = "reports",
               cell_timeout_s: int | None = 3600, cwd: Path | None = None, fresh: bool = False,
               only_pair: int | None = None, summary: bool = True) -> StudyOutcome:
-    """Run (or resume) every pair (or only pair number ``only_pair``), then the summary.
+    """Run (or resume) every pair (or only pair number ``only_pair``), then the summary (``benchlib study``;
+    from Python: ``benchlib.run_study(benchlib.load_study("params/x.yaml"))``).
 
     The study holds its results folder's lock while it runs (a SLURM array task only its pair's), so a
     second study on the same folder refuses instead of measuring under the first one's load.
     """
     cwd = (cwd or Path.cwd()).resolve()
-    paths = StudyPaths.for_study(cfg.study, results_root.resolve(), reports_root.resolve())
+    paths = StudyPaths.for_study(cfg.study, Path(results_root).resolve(), Path(reports_root).resolve())
     writable_folder(paths.results.root, "--results-root")
     writable_folder(paths.reports.runs_dir, "--reports-root")
     scope = "study" if only_pair is None else f"pair-{only_pair}"
