@@ -31,6 +31,7 @@ _API: dict[str, str] = {
     "run_study": "benchlib.pipeline.study",
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
+    "page_line": "benchlib.log",
     # one call on any model
     "benchmark": "benchlib.pipeline.benchmark", "compare": "benchlib.pipeline.compare",
     "register_model": "benchlib.nets.user_models",
@@ -59,6 +60,7 @@ __all__ = [
     "load_study",
     "measure",
     "measure_ceilings",
+    "page_line",
     "parse_search_space",
     "parse_variant",
     "read_results",
@@ -74,6 +76,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .env.manifest import collect_manifest
     from .env.threads import apply_threads
+    from .log import page_line
     from .nets.user_models import register_model
     from .pipeline.benchmark import benchmark
     from .pipeline.compare import compare

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "benchlib"
 # Lower numbers sit lower; a module may import its own subpackage and any lower layer, nothing else.
 # Subpackages that share a rank are siblings and may not import each other.
 LAYERS: dict[str, int] = {
-    "_version": 0, "errors": 0,
+    "_version": 0, "errors": 0, "log": 0,
     "store": 1,
     "spec": 2,
     "env": 3,

@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from .. import log as messages
 from ..errors import BenchlibError
 from .parser import build_parser
 
@@ -30,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.argv = argv
+    if getattr(args, "verbose", False) and getattr(args, "quiet", False):
+        parser.error("-v and -q: choose one")
+    messages.configure(messages.level_from(getattr(args, "verbose", False), getattr(args, "quiet", False)))
     try:
         return int(args.func(args))
     except BenchlibError as exc:

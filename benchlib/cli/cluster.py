@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import log as messages
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ EXIT_FAILURES = 1
 
 
 def _say(msg: str) -> None:
-    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+    messages.info(msg)
 
 
 def _benchlib() -> str:

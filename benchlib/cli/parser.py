@@ -27,8 +27,22 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def _verbosity() -> argparse.ArgumentParser:
+    """-v and -q, before the command or after it (``benchlib -q study x.yaml``, ``benchlib study x.yaml -q``)."""
+    p = argparse.ArgumentParser(add_help=False)
+    loudness = p.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                          help="more detail: debug lines naming the module that says them")
+    loudness.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                          help="no progress lines: warnings and errors only (results still print)")
+    return p
+
+
+VERBOSITY = _verbosity()
+
+
 def _sub(sub: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
-    return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
+    return sub.add_parser(name, help=text, description=text, formatter_class=_Help, parents=[VERBOSITY])
 
 
 def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
@@ -81,7 +95,8 @@ def _add_slurm_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help)
+    parser = argparse.ArgumentParser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help,
+                                     parents=[VERBOSITY])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--version", action="version", version=f"benchlib {__version__}",
                         help="print benchlib's version and exit")

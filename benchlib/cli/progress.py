@@ -9,16 +9,19 @@ import sys
 import time
 from typing import TextIO
 
+from .. import log as messages
+
 PLAIN_HEARTBEAT_S = 30.0
-PREFIX = "[benchlib] "
+PREFIX = messages.PREFIX
 
 
 class Progress:
     """``line`` for a phase or an epoch, ``heartbeat`` for the step reached (shown in place on a terminal)."""
 
-    def __init__(self, stream: TextIO | None = None, *, terminal: bool | None = None):
+    def __init__(self, stream: TextIO | None = None, *, terminal: bool | None = None, shown: bool | None = None):
         self.stream = stream or sys.stderr
         self.terminal = self.stream.isatty() if terminal is None else terminal
+        self.shown = messages.shown() if shown is None else shown  # -q: no progress
         self._status_shown = False
         self._last_plain = 0.0
 
@@ -28,11 +31,15 @@ class Progress:
             self._status_shown = False
 
     def line(self, msg: str) -> None:
+        if not self.shown:
+            return
         self._clear_status()
         self.stream.write(f"{PREFIX}{msg}\n")
         self.stream.flush()
 
     def heartbeat(self, msg: str) -> None:
+        if not self.shown:
+            return
         if self.terminal:
             self.stream.write(f"\r\033[K{PREFIX}{msg}")
             self._status_shown = True

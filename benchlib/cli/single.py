@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .. import log as messages
 from ..errors import BenchlibError, ConfigError
 from .jsonout import finite, nan_to_none
 from .progress import Progress
@@ -78,7 +79,7 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
                                                    or (i > 0 and argv[i - 1] == "--nproc-per-node"))]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "-m", "benchlib", *rest]
-    print(f"[benchlib] launching {nproc} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    messages.info(f"launching {nproc} processes: {' '.join(cmd[1:])}")
     return subprocess.run(cmd).returncode
 
 
@@ -118,11 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if row is None:  # data-parallel rank > 0: rank 0 reports
         return 0
     if row.get("interfered"):
-        print(f"benchlib: warning: {row['run_id']} was measured while {row['interference']}: its numbers are not "
-              "trustworthy", file=sys.stderr)
+        messages.warning(f"{row['run_id']} was measured while {row['interference']}: its numbers are not "
+                         "trustworthy")
     elif row.get("machine_drifted"):
-        print(f"benchlib: warning: {row['run_id']}: {row['machine_drift']}; a single run here is uncertain by about "
-              "that much: compare repeats (seeds)", file=sys.stderr)
+        messages.warning(f"{row['run_id']}: {row['machine_drift']}; a single run here is uncertain by about that "
+                         "much: compare repeats (seeds)")
     if args.json:
         print(
             json.dumps(row, default=str, allow_nan=False)
@@ -246,7 +247,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     device = _device_argument(args.device)
     if args.repeats < 3:
         raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
-    print(f"[benchlib] measuring {device} ceilings ({args.repeats} repeats per figure)", file=sys.stderr, flush=True)
+    messages.info(f"measuring {device} ceilings ({args.repeats} repeats per figure)")
     ceilings = measure_ceilings(device, repeats=args.repeats)
     if args.results_dir:
         ceilings.path = str(save_ceilings(ceilings, Path(args.results_dir)))

@@ -5,18 +5,23 @@ log, so the bar is off and a plain line says every minute what is still running.
 """
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+from .. import log as messages
 
 HEARTBEAT_S = 60.0  # a modest rate: a long task's log gains a line a minute, not one per cell
 
 
 def log(msg: str) -> None:
-    """One progress line on stderr (never mixed into a command's output)."""
-    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+    """One progress line (benchlib's logger, on stderr: never mixed into a command's output)."""
+    messages.info(msg)
 
 
 def interactive() -> bool:
@@ -25,6 +30,68 @@ def interactive() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed stderr
         return False
+
+
+RELAY_POLL_S = 0.5
+
+
+def _relay_lines(text: str, label: str) -> None:
+    for line in text.splitlines():
+        if line.startswith(messages.PREFIX):
+            messages.info(f"{label}: {line.removeprefix(messages.PREFIX)}")
+        elif line.startswith("benchlib: warning: "):
+            messages.warning(f"{label}: {line.removeprefix('benchlib: warning: ')}")
+        elif line.strip():
+            messages.info(f"{label}: {line}")
+
+
+@contextmanager
+def relay(label: str, every_s: float = RELAY_POLL_S) -> Iterator[None]:
+    """Lines a child process (a papermill kernel) logs, shown here as they come, prefixed with ``label``.
+
+    The child's stderr is captured into its notebook, so its benchlib logger also appends to the file named
+    by ``BENCHLIB_PROGRESS_FILE`` (set for the block, for the children started in it); a thread reads the
+    new complete lines twice a second.
+    """
+    messages.shown()  # this process's own handlers first, without the file
+    fd, name = tempfile.mkstemp(prefix="benchlib-progress-", suffix=".log")
+    os.close(fd)
+    path = Path(name)
+    before = {k: os.environ.get(k) for k in (messages.PROGRESS_FILE_ENV, messages.PROGRESS_OWNER_ENV)}
+    os.environ.update({messages.PROGRESS_FILE_ENV: str(path), messages.PROGRESS_OWNER_ENV: str(os.getpid())})
+    done = threading.Event()
+    offset = 0
+
+    def read_new(final: bool = False) -> None:
+        nonlocal offset
+        try:
+            with path.open("rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except OSError:
+            return
+        complete = chunk if final else chunk[: chunk.rfind(b"\n") + 1]
+        offset += len(complete)
+        _relay_lines(complete.decode("utf-8", errors="replace"), label)
+
+    def poll() -> None:
+        while not done.wait(every_s):
+            read_new()
+
+    thread = threading.Thread(target=poll, name="benchlib-relay", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        read_new(final=True)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        path.unlink(missing_ok=True)
 
 
 @contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 from papermill.exceptions import PapermillExecutionError
 
+from .. import log as messages
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..errors import CalibrationFailed, ConfigError, DiskFull
@@ -64,8 +64,9 @@ _log = progress.log
 
 def execute(notebook: Path, out: Path, params: dict[str, Any], *, cwd: Path, cell_timeout_s: int | None,
             label: str, kernel_env: dict[str, str] | None = None) -> None:
-    """One notebook through papermill: its bar at a terminal, else a plain line a minute (``label``)."""
-    with progress.heartbeat(label):
+    """One notebook through papermill: its bar at a terminal, else a plain line a minute (``label``); the
+    kernel's own progress lines relayed as they come."""
+    with progress.heartbeat(label), progress.relay(label):
         publish.execute(notebook, out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
                         progress=progress.interactive(), kernel_env=kernel_env)
 
@@ -189,7 +190,7 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     measured = mine[mine["status"] == "ok"]
     for warning in (interference.summarize(measured), drift.summarize(measured)):
         if warning:
-            print(f"benchlib: warning: {warning}", file=sys.stderr, flush=True)
+            messages.warning(warning)
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
          f"complete, {failed} failed; {configs_failed} failed configuration(s); report {paths.reports.index}")
     return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .. import log as messages
 from ..data.loaders import Loaders
 from ..engine.inference import (
     BATCHES_PER_THROUGHPUT_REPEAT,
@@ -146,6 +147,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     check_runs(cfg.settings, str(device))
     dist_info = distributed.init(device)
     device = distributed.rank_device(device, dist_info)
+    messages.debug(f"{cfg.run_id}: on {device}, {dist_info or 'one process'}, settings {cfg.settings.flat()}")
     say = progress or (lambda _msg: None)
     watch = RankWatch.launched(on_peer_failure or (lambda failure: say(f"{cfg.run_id}: stopping: {failure}")))
     try:

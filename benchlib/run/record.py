@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .. import log as messages
 from ..engine.weights import WeightsPlan, plan_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
@@ -44,8 +45,8 @@ ProgressFn = Callable[[str], None]
 
 
 def say(msg: str) -> None:
-    """Progress on stderr, one line each, so it never mixes with a command's output."""
-    print(f"[benchlib] {msg}", file=sys.stderr, flush=True)
+    """A progress line through benchlib's logger (on stderr, so it never mixes with a command's output)."""
+    messages.info(msg)
 
 
 def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | None = say,
@@ -59,6 +60,7 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
     layout = ResultsLayout.of(results_dir)
     main_rank = os.environ.get("RANK", "0") == "0"
     manifest = collect_manifest()
+    messages.debug(f"{cfg.run_id}: recording into {layout.root} as machine {manifest['machine']}")
     if floors := noise_floor_entry(layout, str(manifest["machine"])):
         manifest["noise_floor"] = floors
     mid = manifest_id(manifest)
