@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STUDY ?= params/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: install report screenshots test lint clean-reports floor-test
+.PHONY: install report screenshots test test-fast lint clean-reports floor-test
 
 install: $(VENV)/.benchlib-installed
 
@@ -29,6 +29,10 @@ screenshots: install
 
 test: install lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# While working: everything but what is marked slow (studies, notebooks, SLURM, browser, several processes).
+test-fast: install lint
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # Lint and import order (ruff), types (mypy: strict on spec/, instruments/, roofline/, store/).
 lint: install

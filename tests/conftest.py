@@ -19,11 +19,23 @@ def tiny_settings():
     return RunSettings(**TINY)
 
 
+# `make test-fast` leaves out what is marked slow: whole studies, notebooks, SLURM, the browser, several
+# processes, and the tests that take over about 7 s here (marked one by one), or that use a module fixture
+# that does (below).
+SLOW_MARKERS = ("notebook", "slurm", "browser")
+SLOW_FIXTURES = {"test_diff.py": {"folders", "fresh"}, "test_quantize.py": {"trained_resnet18"},
+                 "test_tuning.py": {"accuracy_study"}, "test_variant_runs.py": {"rows"},
+                 "test_hostile_input.py": {"earlier"}}
+
+
 def pytest_collection_modifyitems(config, items):
     mps = getattr(torch.backends, "mps", None)
     present = {"gpu": torch.cuda.is_available(), "mps": bool(mps and mps.is_available())}
     reasons = {"gpu": "needs a CUDA GPU", "mps": "needs an Apple MPS device"}
     for item in items:
+        slow_fixtures = SLOW_FIXTURES.get(item.path.name, set())
+        if any(m in item.keywords for m in SLOW_MARKERS) or slow_fixtures & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
         for marker, here in present.items():
             if marker in item.keywords and not here:
                 item.add_marker(pytest.mark.skip(reason=reasons[marker]))

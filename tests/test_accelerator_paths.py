@@ -108,6 +108,7 @@ def test_evaluation_warms_every_input_shape_before_its_timed_pass():
     assert result.samples == 10
 
 
+@pytest.mark.slow
 def test_a_compiled_variants_first_epoch_is_left_out_of_epoch_time(tmp_path):
     from benchlib.engine.knobs import unsupported_reason
 
@@ -276,6 +277,7 @@ def test_autocast_is_entered_around_every_inference_call():
     assert len(entered) == 5
 
 
+@pytest.mark.slow
 def test_a_rows_inference_throughput_is_samples_over_summed_timed_work(tmp_path):
     row = record(RunConfig("t", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY)), tmp_path, progress=None)
     repeats = read_samples(tmp_path, row).query("series == 'infer_repeat_s'")["value"]
@@ -397,6 +399,7 @@ def test_a_fused_optimizer_takes_the_gradient_scalers_inf_check_on_the_device(mo
     assert host_reads("for_loop") >= 1, "the case the fused default avoids"
 
 
+@pytest.mark.slow
 def test_the_row_records_the_optimizer_kernels_it_ran(tmp_path):
     row = record(RunConfig("o", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY, optimizer_impl="foreach")),
                  tmp_path, progress=None)
@@ -414,6 +417,7 @@ def test_data_waits_are_a_share_of_the_hosts_wall_time_not_of_device_step_time()
     assert training_columns(trained, 10, 1)["data_wait_fraction"] == pytest.approx(0.2)
 
 
+@pytest.mark.slow
 def test_the_timed_region_is_measured_on_the_host_from_the_first_timed_step(tmp_path):
     row = record(RunConfig("w", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY)), tmp_path, progress=None)
     steps = read_samples(tmp_path, row)

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 API_DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
+@pytest.mark.slow
 def test_the_api_page_examples_run(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", API_DOC.read_text(), flags=re.S)
     assert len(blocks) >= 4, "the page shows the one call, compare, a factory from a package and registration"

@@ -202,6 +202,7 @@ def test_the_command_prints_the_floor_per_thread_count_and_metric(tmp_path, caps
     assert record["floor_pct"] == floor_pcts(_floor(step=0.5))
 
 
+@pytest.mark.slow
 def test_a_real_calibration_in_fresh_processes(tmp_path):
     lines: list[str] = []
     floor = calibrate.measure_noise_floor("cpu", runs=3, threads=[1], progress=lines.append,

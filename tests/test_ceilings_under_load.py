@@ -56,6 +56,7 @@ def _low_roof(folder, interfered: bool):
     return low
 
 
+@pytest.mark.slow
 def test_a_cached_roof_taken_under_interference_is_measured_again_keeping_the_higher(tmp_path):
     _low_roof(tmp_path, interfered=True)
     with pytest.warns(UserWarning, match="re-measuring ceilings.*other processes used 60%"):
@@ -64,6 +65,7 @@ def test_a_cached_roof_taken_under_interference_is_measured_again_keeping_the_hi
     assert read_ceilings(next((tmp_path / "ceilings").glob("*.json"))).peak_flops_per_s["fp32"] > 1e9
 
 
+@pytest.mark.slow
 def test_remeasuring_keeps_the_higher_and_says_what_rose(tmp_path):
     low = _low_roof(tmp_path, interfered=False)
     now, before = remeasure_ceilings(tmp_path, "cpu")
@@ -73,6 +75,7 @@ def test_remeasuring_keeps_the_higher_and_says_what_rose(tmp_path):
     assert again.peak_flops_per_s["fp32"] >= now.peak_flops_per_s["fp32"], "a roof never comes down"
 
 
+@pytest.mark.slow
 def test_a_row_above_a_too_low_roof_measures_the_roof_again(tmp_path):
     _low_roof(tmp_path, interfered=False)  # quiet but wrong: the cache alone would keep it
     s = RunSettings.of(**TINY)
@@ -81,6 +84,7 @@ def test_a_row_above_a_too_low_roof_measures_the_roof_again(tmp_path):
     assert row["roof_peak_flops_per_s"] > 1e9
 
 
+@pytest.mark.slow
 def test_rows_are_placed_again_under_a_raised_roof(tmp_path):
     s = RunSettings.of(**TINY)
     record(RunConfig("r", "cpu", "squeezenet1_1", 16, s), tmp_path, progress=None)

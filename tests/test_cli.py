@@ -12,6 +12,7 @@ from benchlib.cli import main
 from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
+@pytest.mark.slow
 def test_run_json_prints_one_row(capsys, tmp_path):
     code = main(["run", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "16",
                  "--steps", "2", "--set", "train_subset=64", "--set", "test_subset=32", "--set", "warmup_steps=1",
@@ -33,6 +34,7 @@ def test_env_json(capsys):
         assert key in manifest
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_exit_code():
     proc = subprocess.run([sys.executable, "-m", "benchlib", "study", "/nonexistent.yaml"],
                           capture_output=True, text=True, timeout=120)
@@ -76,6 +78,7 @@ def test_flops_and_roofline_bad_input(capsys):
     assert "hardware 'cuda:3' is not present" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_says_each_phase_and_where_it_wrote_the_row(capsys, tmp_path):
     code = main(["run", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "16",
                  "--steps", "2", "--set", "train_subset=64", "--set", "test_subset=32", "--set", "warmup_steps=1",

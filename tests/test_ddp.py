@@ -63,6 +63,7 @@ def test_nccl_two_gpus(tmp_path):
 @pytest.mark.notebook
 @pytest.mark.parametrize("fault, rank", [("setup", "1"), ("step", "1"), ("step", "0")],
                          ids=["rank1-in-setup", "rank1-mid-training", "rank0-mid-training"])
+@pytest.mark.slow
 def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path, fault, rank):
     """One rank fails (in set-up, or inside training while the other waits in DDP's all-reduce): no rank waits
     out the collective timeout, the job ends non-zero, and rank 0 writes one row naming the failed rank."""

@@ -29,6 +29,7 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_0(acceptance, capsys):
     assert out.count("\n") == 1 and "no CUDA device" in out
 
 
+@pytest.mark.slow
 def test_every_check_gives_a_verdict_with_its_figure(acceptance, tmp_path, capsys):
     out = tmp_path / "acceptance.json"
     code = acceptance.main(["--allow-cpu", "--quick", "--out", str(out), "--device", "cpu"])

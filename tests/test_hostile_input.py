@@ -236,6 +236,7 @@ def test_an_unwritable_results_root_is_one_line(tmp_path, capsys, monkeypatch):
                        "cannot be written", "Read-only file system", "allowed: a writable folder")
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_cleanly_keeps_complete_rows_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
     settings = RunSettings.of(**TINY)
     run_pair("s", "cpu", "squeezenet1_1", [8], settings, tmp_path)  # one complete row first
@@ -330,6 +331,7 @@ def test_auto_is_resolved_before_the_grid_and_duplicates_dropped(tmp_path, capsy
     assert cfg.hardware == ("cpu",) and len(cfg.pairs()) == 1
 
 
+@pytest.mark.slow
 def test_an_absurd_batch_on_the_cpu_is_an_oom_row(tmp_path, capsys):
     code = main(["run", "--model", "resnet18", "--data", "synthetic", "--batch-size", "4000000", "--image-size", "224",
                  "--set", "synthetic_samples=4000000", "--steps", "1", "--results-dir", str(tmp_path), "--json"])
@@ -359,6 +361,7 @@ def test_yaml_duplicate_keys_do_not_slip_through_the_reader():
         load("lr: !!python/object/apply:os.system ['true']\n")
 
 
+@pytest.mark.slow
 def test_a_corrupt_image_found_mid_epoch_is_named_in_its_failure_row(tmp_path, capsys):
     data = _image_tree(tmp_path / "data", {"cats": 4, "dogs": 4})
     (data / "train" / "dogs" / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n not really an image")

@@ -50,6 +50,7 @@ def test_the_id_stays_readable_and_stable():
     assert cfg.run_id == RunConfig("s", "cpu", "resnet18", 64, RunSettings.of(**TINY)).run_id
 
 
+@pytest.mark.slow
 def test_run_into_one_folder_never_overwrites_a_row_of_other_settings(tmp_path, capsys):
     common = ["run", "--model", "squeezenet1_1", "--batch-size", "8", "--steps", "2", "--results-dir", str(tmp_path),
               "--set", "test_subset=32", "--set", "latency_repeats=3", "--set", "infer_warmup_batches=1", "--json"]
@@ -60,6 +61,7 @@ def test_run_into_one_folder_never_overwrites_a_row_of_other_settings(tmp_path, 
     assert {json.loads(s)["dataset"] for s in df["settings_json"]} == {"digits", "synthetic"}
 
 
+@pytest.mark.slow
 def test_a_pair_rerun_with_changed_settings_measures_anew_and_keeps_the_old_row_aside(tmp_path, capsys):
     first = run_pair("s", "cpu", "squeezenet1_1", [8], RunSettings.of(**TINY), tmp_path)
     second = run_pair("s", "cpu", "squeezenet1_1", [8], RunSettings.of(**{**TINY, "image_size": 40}), tmp_path)

@@ -40,7 +40,7 @@ def _cli(tmp_path: Path, params: Path, *extra: str) -> list[str]:
 
 @pytest.mark.notebook
 def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
-    params = _study(tmp_path, models=["squeezenet1_1", "resnet18"])
+    params = _study(tmp_path, batch_sizes=[4, 8, 16])
     proc = subprocess.Popen(_cli(tmp_path, params, "--no-summary"), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
@@ -49,12 +49,12 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the study and its kernel, mid-way
     proc.wait(timeout=30)
     before = {p.name: p.read_text() for p in _rows(tmp_path)}
-    assert 1 <= len(before) < 4, "the kill should land mid-study"
+    assert 1 <= len(before) < 3, "the kill should land mid-study"
     time.sleep(0.5)
     done = subprocess.run(_cli(tmp_path, params, "--no-summary"), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     df = read_results([tmp_path / "results" / "s"])
-    assert len(df) == 4 and df["run_id"].is_unique and (df["status"] == "ok").all()
+    assert len(df) == 3 and df["run_id"].is_unique and (df["status"] == "ok").all()
     # rows written before the kill are kept as measured; only their place under the roof may move, since the
     # study measures its ceilings once more at its end and keeps the higher (a roof is a maximum)
     placement = {c.name for c in ROOF}
@@ -64,7 +64,7 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
         assert {k: v for k, v in after.items() if k not in placement} == \
             {k: v for k, v in kept.items() if k not in placement}
         assert kept["roof_peak_flops_per_s"] <= after["roof_peak_flops_per_s"]
-    assert "already complete" in done.stderr or "row exists, skipped" in done.stderr or len(before) >= 1
+    assert f"cpu / squeezenet1_1: {3 - len(before)} of 3 configuration(s) to run" in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.notebook
@@ -92,6 +92,7 @@ def test_raising_and_dying_notebooks_become_failure_rows(tmp_path, monkeypatch):
     assert any(o.get("output_type") == "error" for c in executed["cells"] for o in c.get("outputs", []))
 
 
+@pytest.mark.slow
 def test_resume_skips_complete_rows_and_retries_failed(tmp_path, capsys):
     settings = RunSettings(**TINY)
     out = tmp_path / "r"
@@ -106,6 +107,7 @@ def test_resume_skips_complete_rows_and_retries_failed(tmp_path, capsys):
     assert third[0]["status"] == "ok" and third[0]["finished_utc"] >= row["finished_utc"]
 
 
+@pytest.mark.slow
 def test_sweep_records_oom_and_nan_and_goes_on(tmp_path):
     settings = RunSettings(**TINY)
     rows = run_pair("s", "cpu", "squeezenet1_1", [4], settings, tmp_path,
@@ -120,6 +122,7 @@ def test_sweep_records_oom_and_nan_and_goes_on(tmp_path):
     assert len(read_results([tmp_path])) == 4
 
 
+@pytest.mark.slow
 def test_repeats_run_each_configuration_with_several_seeds(tmp_path):
     rows = run_pair("s", "cpu", "squeezenet1_1", [4], RunSettings(**TINY), tmp_path, repeats=3)
     assert [r["seed"] for r in rows] == [0, 1, 2]
@@ -158,6 +161,7 @@ def test_two_concurrent_writers_lose_nothing(tmp_path):
     assert len(list((tmp_path / "samples").glob("*.csv"))) == 80
 
 
+@pytest.mark.slow
 def test_report_skips_a_corrupt_results_file_and_reports_the_rest(tmp_path, capsys):
     run_pair("s", "cpu", "squeezenet1_1", [4], RunSettings(**TINY), tmp_path / "res")
     (tmp_path / "res" / "rows" / "truncated.json").write_text('{"study": "s", "run_id": "x", "mach')

@@ -104,6 +104,7 @@ TINY_STUDY = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: 
               "latency_budget_s: 0\ninfer_warmup_batches: 1\ncalibrate: false\n")
 
 
+@pytest.mark.slow
 def test_each_round_runs_in_fresh_processes_and_auto_records_why_it_stopped(tmp_path, capsys):
     params = tmp_path / "s.yaml"
     params.write_text(TINY_STUDY + "repeats: {max_runs: 2}\n")  # tiny runs never reach ±3%: the budget stops it

@@ -88,6 +88,7 @@ def test_record_writes_row_samples_and_manifest(tmp_path, tiny_settings):
     assert set(samples["series"]) >= {"train_step_s", "latency_s", "batch_latency_s"}
 
 
+@pytest.mark.slow
 def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
     import benchlib.run.measure as runner
 
@@ -100,6 +101,7 @@ def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
     assert read_results([tmp_path]).loc[0, "status"] == "failed"
 
 
+@pytest.mark.slow
 def test_default_study_points_lie_under_their_roofs(tmp_path):
     """The default study's configurations (fewer steps) against this machine's measured ceilings."""
     from benchlib.run.preflight import load_study

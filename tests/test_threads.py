@@ -36,6 +36,7 @@ def test_apply_threads_keeps_the_cpus_slurm_gave(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_a_row_records_its_threads_and_what_decided_them(monkeypatch, tiny_settings):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
     before = torch.get_num_threads()

@@ -86,6 +86,7 @@ def test_median_pruner_prunes_a_trial_below_the_completed_ones():
     assert bad.should_prune()
 
 
+@pytest.mark.slow
 def test_tune_pair_prunes_a_trial_whose_accuracy_collapses(tmp_path, space, monkeypatch):
     calls = []
 
@@ -101,6 +102,7 @@ def test_tune_pair_prunes_a_trial_whose_accuracy_collapses(tmp_path, space, monk
     assert (out.n_complete, out.n_pruned) == (2, 1)
 
 
+@pytest.mark.slow
 def test_without_pruning_a_collapsing_trial_completes(tmp_path, space, monkeypatch):
     monkeypatch.setattr(tuning, "evaluate", lambda model, loader, device, knobs=None: EvalResult(0.0, 0.01, 32))
     out = tuning.tune_pair(tiny_base(), space, n_trials=3, objective="accuracy", results_dir=tmp_path,
@@ -149,6 +151,7 @@ def test_exported_params_hold_the_searched_settings_within_the_space(accuracy_st
     assert variant.overrides == {"batch_size": exported["batch_size"], "lr": exported["lr"]}
 
 
+@pytest.mark.slow
 def test_both_objectives_give_a_pareto_front_and_export_its_most_accurate_trial(tmp_path, space):
     out = tuning.tune_pair(tiny_base(), space, n_trials=3, objective="both", results_dir=tmp_path)
     assert out.best and all(len(b["values"]) == 2 for b in out.best)

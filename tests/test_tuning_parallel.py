@@ -44,6 +44,7 @@ def test_workers_split_the_trials_exactly(n_trials):
         assert sum(shares) == n_trials and max(shares) - min(shares) <= 1 and min(shares) >= 1
 
 
+@pytest.mark.slow
 def test_two_worker_processes_share_one_study_without_a_lock_error_or_a_duplicate(tmp_path):
     params = tmp_path / "s.yaml"
     params.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1"],

@@ -215,6 +215,7 @@ def test_a_real_data_set_must_match_the_models_outputs(user_package, tmp_path):
         benchlib.benchmark("usernets:fixed_net", hardware="cpu", data="digits", results_dir=tmp_path, progress=None)
 
 
+@pytest.mark.slow
 def test_run_takes_an_import_path_from_the_command_line(user_package, tmp_path):
     import json
     import subprocess

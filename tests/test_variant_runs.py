@@ -116,6 +116,7 @@ def test_run_variant_flag(capsys, tmp_path):
     assert "cpu-turbo" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_pair_expands_variants_like_the_study(tmp_path):
     from benchlib.run.record import run_pair
     from benchlib.spec.variants import variant_spec
@@ -141,6 +142,7 @@ def test_training_key_ignores_only_inference_settings():
     assert RunConfig("v", "cpu", "resnet18", 16, _pair_settings()).training_key != base
 
 
+@pytest.mark.slow
 def test_quantized_variants_evaluate_the_weights_their_baseline_trained(tmp_path, monkeypatch):
     from benchlib.run import measure as measuring
     from benchlib.run import record as runner
@@ -165,6 +167,7 @@ def test_quantized_variants_evaluate_the_weights_their_baseline_trained(tmp_path
     assert len(list((tmp_path / "weights").glob("*.pt"))) == 1
 
 
+@pytest.mark.slow
 def test_a_resumed_pair_reuses_saved_weights_and_ignores_foreign_ones(tmp_path, monkeypatch):
     from benchlib.run import measure as measuring
     from benchlib.run import record as runner
