@@ -7,6 +7,7 @@ eager fallback, energy windows too short to trust.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -148,11 +149,15 @@ def test_a_cpu_row_on_a_gpu_machine_samples_no_gpu(monkeypatch, tmp_path):
     FakeNvml().install(monkeypatch)
     from benchlib.run import measure as measure_module
 
+    moving = itertools.count(0, 5000)  # counters that move (5 J a read): a meter claiming a GPU would write a figure
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", lambda h: next(moving))
     assert measure_module._gpu_uuids(torch.device("cpu"), None) == []
     with EnergyMeter(gpu_uuids=[]) as meter:
         assert not meter.counts_gpu
     row = record(RunConfig("c", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY)), tmp_path, progress=None)
     assert row["status"] == "ok" and row["train_gpu_energy_j"] is None and row["infer_gpu_energy_j"] is None
+    assert "gpu" in str(row["train_energy_unmeasurable"]), row["train_energy_unmeasurable"]
+    assert row["infer_repeats"] <= TINY["latency_repeats"] * 4, "no stretch to NVML's one-second window"
     gpu = {k: row.get(k) for k in ("gpu_util_pct_mean", "gpu_power_w_mean", "gpu_temp_c_max")}
     assert all(v is None or (isinstance(v, float) and math.isnan(v)) for v in gpu.values()), gpu
 
