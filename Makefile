@@ -54,7 +54,8 @@ PLATFORM_PINS ?= torch==$(FLOOR_TORCH) torchvision==$(FLOOR_VISION) numpy==2.0.2
 	notebook==6.5.7 jupyter-server==1.16.0
 FLOOR_TESTS ?= tests/test_one_step.py tests/test_variants.py tests/test_accelerator_paths.py tests/test_config.py \
 	tests/test_gpu_preflight.py tests/test_energy.py tests/test_timing.py tests/test_memory.py tests/test_quantize.py \
-	tests/test_flops.py tests/test_cli.py tests/test_rank_watch.py tests/test_api_docs.py
+	tests/test_flops.py tests/test_cli.py tests/test_rank_watch.py tests/test_api_docs.py tests/test_user_data.py \
+	tests/test_user_models.py
 floor-test:
 	rm -rf $(FLOOR_VENV) && $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install --quiet $(PLATFORM_PINS)
@@ -69,4 +70,4 @@ floor-test:
 	rm -rf $(FLOOR_VENV)/smoke
 	$(FLOOR_VENV)/bin/benchlib study params/smoke.yaml --results-root $(FLOOR_VENV)/smoke/results \
 		--reports-root $(FLOOR_VENV)/smoke/reports
-	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(FLOOR_TESTS)
