@@ -65,7 +65,7 @@ def configure(level: int | None = None) -> None:
     processes started from now on inherit the level."""
     global _application
     _application = False
-    level = level if level is not None else (_env_level() or logging.INFO)
+    level = level if level is not None else (logger.level or _env_level() or logging.INFO)  # set by hand: it stays
     for handler in [h for h in logger.handlers if getattr(h, "benchlib_own", False)]:
         logger.removeHandler(handler)
     handlers: list[logging.Handler] = [_StderrHandler()]

@@ -40,6 +40,12 @@ def test_quiet_and_verbose_set_what_reaches_stderr_and_child_processes(capsys, t
 def test_from_python_lines_go_to_stderr_unless_the_application_takes_the_logger(capsys, caplog):
     log.info("hello")
     assert capsys.readouterr().err == "[benchlib] hello\n"
+    for handler in list(log.logger.handlers):  # a fresh process whose user quieted benchlib before its first line
+        log.logger.removeHandler(handler)
+    log.logger.setLevel(logging.WARNING)
+    log.info("progress")
+    log.warning("careful")
+    assert capsys.readouterr().err == "benchlib: warning: careful\n", "the level set by hand stays"
     log.use_application_logging()
     with caplog.at_level(logging.INFO, logger="benchlib"):
         log.info("to the application")
