@@ -126,7 +126,7 @@ def test_profile_prints_its_tables_in_human_units(capsys, tmp_path):
                  "--results-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
-    assert re.search(r"compute +[\d.,]+ (µs|ms|s) +[\d.,]+%", out), out
+    assert re.search(r"backward +[\d.,]+ (µs|ms|s) +[\d.,]+%", out), out
     assert "self CPU time" in out and "device" not in out.split("tables, trace.json")[0], "no device columns on a CPU"
     assert not re.search(r"\d{5,} us|\d\.\d{5,}|e[+-]\d", out), "three significant digits, no raw microseconds"
 

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchlib.instruments.profiler import BREAKDOWN_CATEGORIES, OPERATOR_COLUMNS, STEP_COLUMNS, ProfileResult
+from benchlib.instruments.profiler import (
+    DEVICE_CATEGORIES,
+    HOST_CATEGORIES,
+    OPERATOR_COLUMNS,
+    STEP_COLUMNS,
+    ProfileResult,
+)
 from benchlib.report import pages
 
 TIME = re.compile(r"[\d.,]+ (µs|ms|s)")
@@ -17,8 +23,13 @@ def _result(device_us: float = 0.0) -> ProfileResult:
         "name": "aten::convolution_backward", "calls": 78, "self_cpu_time_us": 3.42e6, "cpu_time_total_us": 3.5e6,
         "self_cpu_memory_usage_bytes": -624, "self_device_time_us": device_us}])
     steps = pd.DataFrame([dict.fromkeys(STEP_COLUMNS, 1000.0) | {"step": s, "step_time_us": 2.83e6} for s in (2, 3)])
-    breakdown = pd.DataFrame({"category": list(BREAKDOWN_CATEGORIES), "time_us": [3060.0, 69.8, 2.04e6, 0.0, 464.0],
-                              "fraction": [0.0015, 0.00003, 0.998, 0.0, 0.0002]})
+    if device_us:
+        breakdown = pd.DataFrame({"category": list(DEVICE_CATEGORIES), "time_us": [3060.0, 69.8, 2.04e6, 0.0, 464.0],
+                                  "fraction": [0.0015, 0.00003, 0.998, 0.0, 0.0002]})
+    else:
+        breakdown = pd.DataFrame({"category": list(HOST_CATEGORIES),
+                                  "time_us": [3060.0, 69.8, 0.62e6, 1.2e6, 0.22e6, 464.0],
+                                  "fraction": [0.0015, 0.00003, 0.30, 0.59, 0.108, 0.0002]})
     return ProfileResult(ops, ops, ops if device_us else ops.iloc[:0], steps, breakdown, Path("t/trace.json"),
                          Path("t/tensorboard"), ["a note"])
 
@@ -35,8 +46,8 @@ def test_cpu_profile_tables_leave_out_what_a_cpu_cannot_have():
     steps = pages.steps(result.steps, device=False)
     assert "h2d_copy" not in steps.columns and all(TIME.fullmatch(v) for v in steps["step time"])
     shares = pages.breakdown(result, device=False)
-    assert "cpu_exec" not in shares["category"].tolist()
-    assert shares.loc[shares["category"] == "compute", "time per step"].item() == "1.02 s", "per profiled step"
+    assert shares["category"].tolist() == ["data_loading", "memcpy", "forward", "backward", "optimizer", "other"]
+    assert shares.loc[shares["category"] == "backward", "time per step"].item() == "600 ms", "per profiled step"
     assert all(v.endswith("%") for v in shares["share"]) and all(shares["what it covers"])
 
 

@@ -105,8 +105,11 @@ def test_telemetry_phases_in_their_colours_with_a_legend_and_integer_thread_tick
     assert legend_texts == ["phase: train", "phase: eval", "phase: latency"]
     spans = {to_hex(p.get_facecolor()) for p in fig.axes[0].patches}
     assert len(spans) == 3, "each phase its own colour"
-    threads_ax = fig.axes[-1]
-    assert threads_ax.get_ylabel() == "threads"
+    labels = {ax.get_ylabel(): ax for ax in fig.axes}
+    threads_ax = labels["threads"]
+    # the machine (0-100%) and this process (0-200% on two cores) on two labelled axes, not one scale
+    assert labels["% of the machine"].get_ylim() == (0, 105)
+    assert labels["this process\n(% of one core)"].get_ylim()[1] >= 99.0
     assert all(float(tick).is_integer() for tick in threads_ax.get_yticks())
 
 

@@ -11,7 +11,7 @@ from torch.autograd import DeviceType
 
 from benchlib.errors import ConfigError
 from benchlib.instruments.profiler import (
-    BREAKDOWN_CATEGORIES,
+    HOST_CATEGORIES,
     OPERATOR_COLUMNS,
     REGIONS,
     STEP_COLUMNS,
@@ -88,7 +88,7 @@ def test_cpu_run_has_no_device_time_and_says_so(profiled):
     assert list(result.top_by_self_device.columns) == list(OPERATOR_COLUMNS)
     assert (result.operators["self_device_time_us"] == 0).all()
     assert any("no device timeline on cpu: operators have no device time" in n for n in result.notes)
-    assert any("compute is the host time of forward, backward and optimizer_step" in n for n in result.notes)
+    assert any("split into forward, backward and optimizer by the step's labelled regions" in n for n in result.notes)
 
 
 def test_steps_table(profiled):
@@ -106,13 +106,14 @@ def test_steps_table(profiled):
 def test_breakdown(profiled):
     result = profiled[0]
     b = result.breakdown
-    assert tuple(b["category"]) == BREAKDOWN_CATEGORIES
+    assert tuple(b["category"]) == HOST_CATEGORIES, "a CPU run: its host time split by the step's regions"
     assert b["fraction"].between(0, 1).all()
     assert b["fraction"].sum() == pytest.approx(1.0, abs=1e-6)
     assert b["time_us"].sum() == pytest.approx(result.steps["step_time_us"].sum(), rel=1e-9)
     times = b.set_index("category")["time_us"]
-    assert times.idxmax() == "compute"
-    assert times["cpu_exec"] == 0
+    assert times[["forward", "backward", "optimizer"]].min() > 0, "each phase of the step measured"
+    assert times["backward"] > times["optimizer"], "resnet's backward outweighs SGD's update"
+    assert times["forward"] == pytest.approx(result.steps["forward_us"].sum(), rel=0.01)
     assert times["data_loading"] == pytest.approx(result.steps["data_wait_us"].sum())
 
 
@@ -160,10 +161,12 @@ def test_device_breakdown_partitions_the_step_by_priority():
     assert sum(times.values()) == pytest.approx(100.0)
 
 
-def test_host_breakdown_counts_regions_as_compute():
+def test_host_breakdown_splits_the_compute_into_forward_backward_and_optimizer():
     times = step_breakdown_us(_span_with_device_work(), device_timeline=False)
-    assert times == pytest.approx({"compute": 65.0, "memcpy": 5.0, "data_loading": 10.0, "cpu_exec": 0.0,
-                                   "other": 20.0})
+    assert times == pytest.approx({"forward": 25.0, "backward": 30.0, "optimizer": 10.0, "memcpy": 5.0,
+                                   "data_loading": 10.0, "other": 20.0})
+    table, _ = breakdown_table([_span_with_device_work()], device_timeline=False)
+    assert tuple(table["category"]) == HOST_CATEGORIES and table["fraction"].sum() == pytest.approx(1.0)
 
 
 def test_breakdown_table_fractions_sum_to_one():

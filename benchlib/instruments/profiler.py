@@ -21,7 +21,11 @@ import pandas as pd
 from torch.autograd import DeviceType
 
 REGIONS = ("data_wait", "h2d_copy", "forward", "backward", "optimizer_step")
-BREAKDOWN_CATEGORIES = ("data_loading", "memcpy", "compute", "cpu_exec", "other")
+# With a device timeline (CUDA) time is split as TensorBoard does: device kernels (compute), copies, data, the host
+# time beside the kernels (cpu_exec). On a CPU the host time is the compute, split by the step's own regions.
+DEVICE_CATEGORIES = ("data_loading", "memcpy", "compute", "cpu_exec", "other")
+HOST_CATEGORIES = ("data_loading", "memcpy", "forward", "backward", "optimizer", "other")
+BREAKDOWN_CATEGORIES = ("data_loading", "memcpy", "compute", "forward", "backward", "optimizer", "cpu_exec", "other")
 OPERATOR_COLUMNS = (
     "name", "calls", "self_cpu_time_us", "cpu_time_total_us", "self_device_time_us", "device_time_total_us",
     "cpu_memory_usage_bytes", "self_cpu_memory_usage_bytes", "device_memory_usage_bytes",
@@ -164,33 +168,39 @@ def steps_table(spans: Sequence[StepSpans]) -> pd.DataFrame:
 
 
 def step_breakdown_us(span: StepSpans, *, device_timeline: bool) -> dict[str, float]:
-    """Partition one step's wall time into BREAKDOWN_CATEGORIES by priority, as TensorBoard does.
+    """Partition one step's wall time into categories by priority, as TensorBoard does (every category
+    clipped to the step and to what a higher one took, so they never add up to more than the step).
 
-    With a device timeline, compute is kernel time and cpu_exec the host time of forward, backward
-    and optimizer_step not hidden under kernels or copies. Without one (CPU runs) that host time is
-    the compute itself and cpu_exec stays 0. Every category is clipped to the step, so they never
-    add up to more than the step.
+    With a device timeline (``DEVICE_CATEGORIES``), compute is kernel time and cpu_exec the host time of
+    forward, backward and optimizer_step not hidden under kernels or copies. Without one
+    (``HOST_CATEGORIES``: CPU runs) the host time is the compute itself, split into forward, backward and
+    optimizer by the step's labelled regions. Only the categories of its kind are returned.
     """
     host_compute = [i for r in _COMPUTE_REGIONS for i in span.regions[r]]
-    claims = {
-        "compute": span.kernels if device_timeline else host_compute,
+    claims: dict[str, list[Interval]] = {
         "memcpy": span.copies + span.regions["h2d_copy"],
         "data_loading": span.regions["data_wait"],
-        "cpu_exec": host_compute if device_timeline else [],
     }
+    if device_timeline:
+        claims = {"compute": span.kernels, **claims, "cpu_exec": host_compute}
+    else:
+        claims = {"forward": span.regions["forward"], "backward": span.regions["backward"],
+                  "optimizer": span.regions["optimizer_step"], **claims}
     taken: list[Interval] = []
-    times = {}
-    for category in ("compute", "memcpy", "data_loading", "cpu_exec"):
-        own = subtract_intervals(clip_intervals(claims[category], span.start_us, span.end_us), taken)
+    times = dict.fromkeys(DEVICE_CATEGORIES if device_timeline else HOST_CATEGORIES, 0.0)
+    for category, intervals in claims.items():
+        own = subtract_intervals(clip_intervals(intervals, span.start_us, span.end_us), taken)
         times[category] = covered_us(own)
         taken = merge_intervals(taken + own)
-    times["other"] = span.step_time_us - sum(times.values())
-    return {c: times[c] for c in BREAKDOWN_CATEGORIES}
+    times["other"] = span.step_time_us - sum(v for c, v in times.items() if c != "other")
+    return times
 
 
 def breakdown_table(spans: Sequence[StepSpans], *, device_timeline: bool) -> tuple[pd.DataFrame, list[str]]:
-    """Step-time breakdown summed over ``spans``: category, time_us, fraction (fractions sum to 1)."""
-    totals = {c: 0.0 for c in BREAKDOWN_CATEGORIES}
+    """Step-time breakdown summed over ``spans``: category, time_us, fraction (fractions sum to 1), over the
+    categories of its kind (``DEVICE_CATEGORIES`` with a device timeline, else ``HOST_CATEGORIES``)."""
+    kind = DEVICE_CATEGORIES if device_timeline else HOST_CATEGORIES
+    totals = {c: 0.0 for c in kind}
     for span in spans:
         for category, us in step_breakdown_us(span, device_timeline=device_timeline).items():
             totals[category] += us
@@ -200,11 +210,11 @@ def breakdown_table(spans: Sequence[StepSpans], *, device_timeline: bool) -> tup
     totals["other"] = max(0.0, totals["other"])
     whole = sum(totals.values())
     if whole <= 0:
-        fractions = {c: float(c == "other") for c in BREAKDOWN_CATEGORIES}
+        fractions = {c: float(c == "other") for c in kind}
         notes.append("no profiled step time: the breakdown is all 'other'")
     else:
-        fractions = {c: totals[c] / whole for c in BREAKDOWN_CATEGORIES}
-    rows = [{"category": c, "time_us": totals[c], "fraction": fractions[c]} for c in BREAKDOWN_CATEGORIES]
+        fractions = {c: totals[c] / whole for c in kind}
+    rows = [{"category": c, "time_us": totals[c], "fraction": fractions[c]} for c in kind]
     return pd.DataFrame(rows, columns=list(BREAKDOWN_COLUMNS)), notes
 
 

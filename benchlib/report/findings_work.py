@@ -16,6 +16,7 @@ from ..store.schema import finite_float
 from . import fmt
 
 CATEGORY_WORDS = {"data_loading": "data loading", "memcpy": "memory copies", "compute": "compute",
+                  "forward": "the forward pass", "backward": "the backward pass", "optimizer": "the optimizer step",
                   "cpu_exec": "CPU-side execution (launches, Python)", "other": "other"}
 MIN_SHARE = 0.05  # breakdown categories under 5% of the step are not named
 

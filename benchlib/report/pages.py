@@ -25,7 +25,10 @@ from . import fmt
 BREAKDOWN_MEANINGS = {
     "data_loading": "waiting for the next batch (data_wait)",
     "memcpy": "copies to the device (h2d_copy) and device-side copies",
-    "compute": "kernels on a GPU; on a CPU, the host time of forward, backward and the optimizer step",
+    "compute": "kernels on the GPU",
+    "forward": "the forward pass and the loss, on the host (the CPU's compute)",
+    "backward": "the backward pass, on the host",
+    "optimizer": "the optimizer step (and zeroing the gradients), on the host",
     "cpu_exec": "host time of forward, backward and the optimizer step not hidden under kernels (GPU runs only)",
     "other": "the rest of the step: Python, the profiler's own bookkeeping",
 }
@@ -65,7 +68,8 @@ def _device_timeline(result: ProfileResult, hardware: str) -> bool:
 def breakdown(result: ProfileResult, *, device: bool = True) -> pd.DataFrame:
     """The step-time breakdown per profiled step, with the share and what each category covers.
 
-    Without a device timeline ``cpu_exec`` is always 0 (host time is the compute): its row is left out.
+    Each kind of run has its own categories (a CPU's host time split into forward, backward and optimizer,
+    a GPU's into kernels and the host time beside them); a profile saved before the split keeps its own.
     """
     steps = max(1, len(result.steps))
     b = result.breakdown if device else result.breakdown[result.breakdown["category"] != "cpu_exec"]

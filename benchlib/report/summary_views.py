@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 from IPython.display import Markdown, display
 
+from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
 from ..roofline.cache import load_ceilings
 from ..store.layout import ResultsLayout
 from ..store.noise_floor import load_noise_floors
@@ -193,7 +194,7 @@ def repeats(df: pd.DataFrame) -> None:
         return
     show.heading("Repeats")
     display(Markdown("Median over the seeds of each configuration, with its 95% bootstrap interval; `noisy`: the "
-                     "seeds' IQR is over 10% of their median."))
+                     f"seeds' IQR is over {NOISY_IQR_OVER_MEDIAN:.0%} of their median."))
     compact = agg[["model", "hardware", "variant", "batch_size", "n"]].copy()
     for metric, label in REPEAT_LABELS.items():
         if f"{metric}_median" in agg:
@@ -267,9 +268,15 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
     show.heading("Hardware while it works")
     display(Markdown("Sampled every `telemetry_interval_s` in a background thread while each configuration ran; "
                      "energy from the NVML counter or RAPL where readable."))
-    utilization = good[[c for c in UTILIZATION_COLUMNS if c in good]]
+    utilization = good[[c for c in UTILIZATION_COLUMNS if c in good and c != "telemetry_missing"]]
     sampled = utilization.drop(columns=[c for c in IDENTITY if c in utilization]).notna().any(axis="columns")
-    display(show.table(_drop_empty(utilization[sampled])))  # rows that trained (an evaluating variant did not)
+    shown = _drop_empty(utilization[sampled])  # rows that trained (an evaluating variant did not)
+    if "hardware" in shown and shown["hardware"].nunique() <= 1:  # one device: said once, not per line
+        shown = shown.drop(columns="hardware")
+    display(show.table(shown))
+    missing = sorted({str(m) for m in good.get("telemetry_missing", pd.Series(dtype=str)).dropna() if str(m).strip()})
+    if missing:  # the reasons once under the table, not a wide column repeating them
+        display(Markdown("Not sampled: " + "; ".join(missing) + "."))
     energy = _drop_empty(good[[c for c in ENERGY_COLUMNS if c in good]])
     if any(c.endswith("_j_per_sample") for c in energy):
         display(show.table(energy))

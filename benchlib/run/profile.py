@@ -113,8 +113,8 @@ def _run_notes(device: torch.device, loader_batches: int, total_steps: int, cycl
         notes.append("each profiled step ends with a device synchronize so its kernels fall inside its own step")
     else:
         notes.append(f"no device timeline on {device.type}: operators have no device time")
-        notes.append(f"on {device.type} compute is the host time of forward, backward and optimizer_step; "
-                     "cpu_exec (host time beside device kernels) does not apply")
+        notes.append(f"on {device.type} the host time is the compute: split into forward, backward and optimizer "
+                     "by the step's labelled regions (cpu_exec, host time beside device kernels, does not apply)")
     if loader_batches < total_steps:
         notes.append(f"the loader has {loader_batches} batches per epoch for {total_steps} steps: it was cycled, "
                      "so data_wait includes starting new epochs")
