@@ -405,10 +405,17 @@ def test_a_fused_optimizer_takes_the_gradient_scalers_inf_check_on_the_device(mo
 
 
 @pytest.mark.slow
-def test_the_row_records_the_optimizer_kernels_it_ran(tmp_path):
+def test_the_row_records_the_optimizer_kernels_it_ran(tmp_path, monkeypatch):
+    """The row's column and the optimizer that trained agree: the setting reached torch.optim."""
+    from benchlib.engine import step as step_module
+
+    built: list[torch.optim.Optimizer] = []
+    real = step_module.make_optimizer
+    monkeypatch.setattr(step_module, "make_optimizer", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     row = record(RunConfig("o", "cpu", "squeezenet1_1", 8, RunSettings.of(**TINY, optimizer_impl="foreach")),
                  tmp_path, progress=None)
     assert row["status"] == "ok" and row["optimizer_impl"] == "foreach"
+    assert built and all(o.param_groups[0]["foreach"] is True for o in built), "the kernels the row names"
 
 
 def test_data_waits_are_a_share_of_the_hosts_wall_time_not_of_device_step_time():

@@ -32,14 +32,10 @@ def _plain() -> AbstractContextManager[object]:
     return nullcontext()
 
 
-@torch.inference_mode()
-def measure_latency(model: nn.Module, batch: torch.Tensor, *, warmup: int, repeats: int,
-                    context: CallContext = _plain, budget_s: float = 0.0, target: int = 0) -> Samples:
-    """Seconds per forward pass of ``batch`` (already on the model's device), each pass synchronized.
-
-    ``repeats`` passes are always timed; after them timing goes on while fewer than ``target`` passes
-    were timed and less than ``budget_s`` seconds went by since the first timed pass.
-    """
+def _timed_passes(model: nn.Module, batch: torch.Tensor, *, warmup: int, passes: int, context: CallContext,
+                  more: Callable[[list[float], float], bool]) -> Samples:
+    """Warm up, then time samples of ``passes`` back-to-back forward passes, one synchronize each, while
+    ``more(times so far, start)``: the one timing loop behind latency and throughput."""
     model.eval()
     device = batch.device
     for _ in range(warmup):
@@ -48,13 +44,28 @@ def measure_latency(model: nn.Module, batch: torch.Tensor, *, warmup: int, repea
     synchronize(device)
     times: list[float] = []
     start = time.perf_counter()
-    while len(times) < repeats or (len(times) < target and time.perf_counter() - start < budget_s):
+    while more(times, start):
         t0 = time.perf_counter()
-        with context():
-            model(batch)
+        for _ in range(passes):
+            with context():
+                model(batch)
         synchronize(device)
         times.append(time.perf_counter() - t0)
     return Samples.of(times)
+
+
+@torch.inference_mode()
+def measure_latency(model: nn.Module, batch: torch.Tensor, *, warmup: int, repeats: int,
+                    context: CallContext = _plain, budget_s: float = 0.0, target: int = 0) -> Samples:
+    """Seconds per forward pass of ``batch`` (already on the model's device), each pass synchronized.
+
+    ``repeats`` passes are always timed; after them timing goes on while fewer than ``target`` passes
+    were timed and less than ``budget_s`` seconds went by since the first timed pass.
+    """
+    def more(times: list[float], start: float) -> bool:
+        return len(times) < repeats or (len(times) < target and time.perf_counter() - start < budget_s)
+
+    return _timed_passes(model, batch, warmup=warmup, passes=1, context=context, more=more)
 
 
 @torch.inference_mode()
@@ -65,21 +76,8 @@ def measure_throughput(model: nn.Module, batch: torch.Tensor, *, warmup: int, re
 
     Throughput is ``batch * batches_per_repeat * repeats / total`` of the returned samples.
     """
-    model.eval()
-    device = batch.device
-    for _ in range(warmup):
-        with context():
-            model(batch)
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(batches_per_repeat):
-            with context():
-                model(batch)
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return Samples.of(times)
+    return _timed_passes(model, batch, warmup=warmup, passes=batches_per_repeat, context=context,
+                         more=lambda times, _start: len(times) < repeats)
 
 
 def example_batch(loader: Iterable[tuple[torch.Tensor, torch.Tensor]], batch_size: int,

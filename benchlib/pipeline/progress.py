@@ -35,6 +35,24 @@ def interactive() -> bool:
 RELAY_POLL_S = 0.5
 
 
+@contextmanager
+def every(every_s: float, work: Callable[[], None], name: str) -> Iterator[None]:
+    """``work()`` every ``every_s`` in a daemon thread while the block runs; stopped (and joined) at its end."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(every_s):
+            work()
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
 def _relay_lines(text: str, label: str) -> None:
     for line in text.splitlines():
         if line.startswith(messages.PREFIX):
@@ -59,7 +77,6 @@ def relay(label: str, every_s: float = RELAY_POLL_S) -> Iterator[None]:
     path = Path(name)
     before = {k: os.environ.get(k) for k in (messages.PROGRESS_FILE_ENV, messages.PROGRESS_OWNER_ENV)}
     os.environ.update({messages.PROGRESS_FILE_ENV: str(path), messages.PROGRESS_OWNER_ENV: str(os.getpid())})
-    done = threading.Event()
     offset = 0
 
     def read_new(final: bool = False) -> None:
@@ -74,17 +91,10 @@ def relay(label: str, every_s: float = RELAY_POLL_S) -> Iterator[None]:
         offset += len(complete)
         _relay_lines(complete.decode("utf-8", errors="replace"), label)
 
-    def poll() -> None:
-        while not done.wait(every_s):
-            read_new()
-
-    thread = threading.Thread(target=poll, name="benchlib-relay", daemon=True)
-    thread.start()
     try:
-        yield
+        with every(every_s, read_new, "benchlib-relay"):
+            yield
     finally:
-        done.set()
-        thread.join(timeout=5)
         read_new(final=True)
         for key, value in before.items():
             if value is None:
@@ -100,17 +110,7 @@ def heartbeat(label: str, every_s: float = HEARTBEAT_S, say: Callable[[str], Non
     if interactive():
         yield
         return
-    done = threading.Event()
     t0 = time.monotonic()
-
-    def beat() -> None:
-        while not done.wait(every_s):
-            say(f"{label}: still running after {time.monotonic() - t0:.0f} s")
-
-    thread = threading.Thread(target=beat, name="benchlib-heartbeat", daemon=True)
-    thread.start()
-    try:
+    with every(every_s, lambda: say(f"{label}: still running after {time.monotonic() - t0:.0f} s"),
+               "benchlib-heartbeat"):
         yield
-    finally:
-        done.set()
-        thread.join(timeout=5)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..instruments import drift, interference
 from ..instruments.run_to_run import floor_of
+from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
 from ..store.noise_floor import NoiseFloor
 from ..store.rows import flag_mask
 from . import fmt
@@ -62,7 +63,8 @@ def warnings(df: pd.DataFrame) -> list[str]:
             noisy_mask |= flag_mask(good[column]).to_numpy()
     if noisy_mask.any():
         n = int(noisy_mask.sum())
-        out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over 10% in their step "
+        out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over "
+                   f"{NOISY_IQR_OVER_MEDIAN:.0%} in their step "
                    f"times, latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
                    "measure them again on a quiet machine or with `repeats: 3`.")
     if "above_roof" in good:
@@ -109,7 +111,7 @@ def not_run(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = ()) -> lis
         missing.append("optimization variants")
     if good.groupby(["device", "model", "variant"])["batch_size"].nunique().max() < 2:
         missing.append("several batch sizes")
-    configs = good["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+    configs = config_key(good["run_id"])
     if configs.value_counts().max() < 2:
         missing.append("repeats (one seed per configuration)")
     if not any(k in good and good[k].nunique() > 1 for k in ("threads", "num_workers", "world_size")):

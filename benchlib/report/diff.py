@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ..spec.settings import DIGEST_AND_SEED
 from ..store.noise_floor import load_noise_floors
 from ..store.rows import read_results
 from . import caveats
@@ -38,7 +38,6 @@ COLUMNS = ("configuration", "metric", "a", "b", "ratio", "ci_low", "ci_high", "p
            "runs_a", "runs_b", "level", "test", "note", "a_noisy", "b_noisy", "a_interfered", "b_interfered",
            "a_drifted", "b_drifted")
 GATED_LEVELS = frozenset({"runs", "floor"})  # what a regression gate trusts: never steps alone
-_DIGEST_AND_SEED = re.compile(r"__[0-9a-f]{8}((?:__ddp\d+)?)__seed\d+$")
 
 
 def results_folders(path: Path) -> list[Path]:
@@ -79,7 +78,7 @@ def digest_of(key: str) -> str:
 
 def _label(run_id: str) -> str:
     """The run id less its settings digest and seed: readable, and the same on both sides."""
-    return _DIGEST_AND_SEED.sub(r"\1", run_id)
+    return DIGEST_AND_SEED.sub(r"\1", run_id)
 
 
 def _ok(folder: Path) -> pd.DataFrame:

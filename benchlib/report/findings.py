@@ -20,7 +20,7 @@ from .caveats import failures, measured_rows, not_run, warnings
 from .evidence import SampleFiles, SampleReader, compare_rows
 from .findings_work import roofline_sentences, time_sentences
 from .stats import Comparison
-from .tables import BASELINE_VARIANTS, device_label, scaling_table, variant_speedups
+from .tables import BASELINE_VARIANTS, config_key, device_label, scaling_table, variant_speedups
 
 
 @dataclass
@@ -79,7 +79,7 @@ def _best_per(good: pd.DataFrame, key: str, metric: str = "train_samples_per_s",
     rows = good[pd.to_numeric(good[metric], errors="coerce").notna()]
     if rows.empty:
         return {}
-    config = rows["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+    config = config_key(rows["run_id"])
     medians = pd.to_numeric(rows[metric], errors="coerce").groupby(config).median()
     rows = rows.assign(_config=config, _median=config.map(medians))
     out = {}

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
 from ..store.atomic import atomic_write_bytes, safe_name
 from . import fmt
 from .headline import headline_table
@@ -38,7 +39,8 @@ GLANCE: dict[str, tuple[str, Callable[[Any], str]]] = {
 }
 HOW_MADE = ("Each line is one run of one configuration, measured in this process: the median of its timed training "
             "steps, batch-1 latency percentiles with their own intervals, FLOPs counted by torch's FlopCounterMode, "
-            "the roof measured on this machine. Flags: noisy = a spread over 10% of the median; interfered = other "
+            f"the roof measured on this machine. Flags: noisy = a spread over {NOISY_IQR_OVER_MEDIAN:.0%} of the "
+            "median; interfered = other "
             "work on the machine during the run; machine drifted = the machine's own speed moved under it. One run a "
             "side cannot tell two configurations apart beyond run-to-run noise: use benchlib.compare (verdicts with "
             "intervals) or a study with repeats.")

@@ -9,16 +9,14 @@ comparison claims. The precision is the interval's half-width relative to the fi
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..spec.settings import SEED_SUFFIX
 from .evidence import METRICS, SampleReader, compare_rows, run_samples
 from .stats import CONFIDENCE, hierarchical_medians
-
-_SEED = re.compile(r"__seed\d+$")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ def study_precision(rows: pd.DataFrame, reader: SampleReader, metric: str = "tra
     good = rows[rows["status"] == "ok"] if "status" in rows else rows
     if good.empty:
         return Precision(math.nan, "", 0, {})
-    config = good["run_id"].astype(str).str.replace(_SEED, "", regex=True)
+    config = good["run_id"].astype(str).str.replace(SEED_SUFFIX, "", regex=True)
     per_item: dict[str, float] = {}
     fewest = None
     groups = {name: grp for name, grp in good.groupby(config, sort=False)}

@@ -18,6 +18,7 @@ import pandas as pd
 from ..store.layout import ResultsLayout
 from ..store.rows import flag_mask
 from .evidence import NOISE_FLAGS, flagged
+from .tables import config_key
 
 TIMING_RULES = ("warmup_steps", "train_steps", "epochs", "max_train_batches", "infer_warmup_batches",
                 "latency_repeats", "latency_budget_s", "threads", "interference_threshold_pct")
@@ -42,7 +43,7 @@ def run_rules(rows: pd.DataFrame, superseded: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {"superseded_rows": superseded, "studies": {}}
     for study, grp in rows.groupby("study", sort=True):
         settings = _settings(grp)
-        config = grp["run_id"].astype(str).str.replace(r"__seed\d+$", "", regex=True)
+        config = config_key(grp["run_id"])
         per_config = config.value_counts()
         ok = grp[grp["status"] == "ok"]
         not_counted = grp[grp["status"] != "ok"]

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ..spec.settings import SEED_SUFFIX
 from ..store.rows import flag_mask, invalid_rows, read_results
 from .evidence import SampleFiles, SampleReader, compare_rows
 from .stats import spread
@@ -181,7 +183,7 @@ REPEAT_METRICS = ("train_samples_per_s", "epoch_s", "test_accuracy", "latency_ms
 
 def config_key(run_id: pd.Series) -> pd.Series:
     """A run_id without its seed: the configuration that repeats share."""
-    return run_id.str.replace(r"__seed\d+$", "", regex=True)
+    return run_id.astype(str).str.replace(SEED_SUFFIX, "", regex=True)
 
 
 def repeat_summary(df: pd.DataFrame, metrics: Iterable[str] = REPEAT_METRICS) -> pd.DataFrame:
@@ -206,7 +208,7 @@ def repeat_summary(df: pd.DataFrame, metrics: Iterable[str] = REPEAT_METRICS) ->
             _, low, high = spread(v.to_numpy(dtype=float))
             rec.update({f"{m}_median": med, f"{m}_ci_low": low, f"{m}_ci_high": high, f"{m}_iqr": q3 - q1,
                         f"{m}_min": v.min(), f"{m}_max": v.max(),
-                        f"{m}_noisy": bool(med > 0 and (q3 - q1) / med > 0.10)})
+                        f"{m}_noisy": bool(med > 0 and (q3 - q1) / med > NOISY_IQR_OVER_MEDIAN)})
         out.append(rec)
     return pd.DataFrame(out)
 

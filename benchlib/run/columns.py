@@ -136,7 +136,7 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
     return {
         "batches_per_epoch": per_epoch, "train_steps": steps.n, "train_steps_total": trained.total_steps,
         "train_step_s_median": steps.median, "train_step_s_iqr": steps.iqr, "train_step_noisy": steps.noisy,
-        "train_samples_per_s": trained.timed_samples * world / steps.total if steps.total > 0 else math.nan,
+        "train_samples_per_s": trained.samples_per_s * world,  # every rank's samples in the same timed steps
         "data_wait_s_total": waits.total,
         "data_wait_fraction": (waits.total / trained.timed_wall_s if trained.timed_wall_s > 0
                                else waits.total / (waits.total + steps.total) if steps.total > 0 else math.nan),

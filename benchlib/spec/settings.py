@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,10 @@ from .vocab import (
 SEED_MAX = 2**32 - 1
 LARGE = 10**9
 MANY = 10**6
+# The run id's tail (see RunConfig.run_id): what repeats of one configuration differ in (the seed), and what a
+# comparison of two folders of other settings leaves out (the settings digest and the seed; DDP kept).
+SEED_SUFFIX = re.compile(r"__seed\d+$")
+DIGEST_AND_SEED = re.compile(r"__[0-9a-f]{8}((?:__ddp\d+)?)__seed\d+$")
 
 
 @dataclass(frozen=True)
