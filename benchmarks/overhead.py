@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    from benchlib.report.stats import compare, spread
+    from benchlib.report.evidence.stats import compare, spread
 
     bench, plain, ratios, interfered, drifted = [], [], [], [], []
     t_start = time.perf_counter()

@@ -9,7 +9,9 @@ import pytest
 from scipy import stats
 
 from benchlib.instruments.accuracy import wilson_interval
-from benchlib.report import fmt, headline, pages
+from benchlib.report.display import pages
+from benchlib.report.tables import headline
+from benchlib.report.words import fmt
 from benchlib.run.columns import accuracy_columns
 from benchlib.store import schema
 

@@ -29,6 +29,18 @@ LAYERS: dict[str, int] = {
 }
 MAX_MODULE_LINES = 470
 
+# Inside report/ the same rule, one floor finer: subpackages by concept, pure computation (words, evidence,
+# tables, findings) below rendering (figures, display). Same-rank subpackages are siblings.
+REPORT_LAYERS: dict[str, int] = {
+    "words": 0, "readback": 0,
+    "evidence": 1,
+    "tables": 2,
+    "findings": 3, "figures": 3,
+    "display": 4,
+}
+REPORT_MAX_MODULES = 8
+REPORT_MAX_LINES = 350
+
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -90,6 +102,42 @@ def test_imports_point_down_between_layers():
                 continue
             if LAYERS[b] >= LAYERS[a]:
                 upward.append(f"{module} -> {target} ({a} rank {LAYERS[a]} imports {b} rank {LAYERS[b]})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def report_floor(module: str) -> str | None:
+    """The report subpackage a module sits in (None for ``benchlib.report`` itself and modules outside)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "report" else None
+
+
+def test_report_is_subpackages_by_concept():
+    report = PACKAGE / "report"
+    loose = sorted(p.name for p in report.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"report/ holds subpackages only, not modules: {loose}"
+    floors = {p.name for p in report.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert floors == set(REPORT_LAYERS), floors
+    crowded = {f: n for f in floors if (n := len([p for p in (report / f).glob("*.py") if p.name != "__init__.py"]))
+               > REPORT_MAX_MODULES}
+    assert not crowded, crowded
+    long = {str(p.relative_to(report)): n for p in report.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > REPORT_MAX_LINES}
+    assert not long, long
+
+
+def test_imports_point_down_inside_the_report():
+    upward = []
+    for module, targets in import_graph().items():
+        a = report_floor(module)
+        if a is None:
+            continue
+        for target in targets:
+            b = report_floor(target)
+            if b is None or a == b:
+                continue
+            if REPORT_LAYERS[b] >= REPORT_LAYERS[a]:
+                upward.append(f"{module} -> {target} ({a} rank {REPORT_LAYERS[a]} imports {b} rank "
+                              f"{REPORT_LAYERS[b]})")
     assert not upward, "\n".join(sorted(upward))
 
 

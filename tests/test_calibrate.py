@@ -17,7 +17,7 @@ from benchlib.errors import ConfigError
 from benchlib.instruments.run_to_run import floor_pcts
 from benchlib.pipeline import calibrate, publish
 from benchlib.pipeline import study as study_pipeline
-from benchlib.report import caveats
+from benchlib.report.evidence import floors
 from benchlib.run import record as record_module
 from benchlib.spec.settings import RunConfig
 from benchlib.spec.study import parse_study
@@ -189,8 +189,8 @@ def test_the_command_prints_the_floor_per_thread_count_and_metric(tmp_path, caps
     assert main(["calibrate", "--results-dir", str(tmp_path), "--runs", "3", "--threads", "1", "2"]) == 0
     out = capsys.readouterr().out
     values = _floor(step=0.5).values
-    step = caveats.pct_text(_expected_pct(values[1]["train_step_s"], values[2]["train_step_s"]))
-    infer = caveats.pct_text(_expected_pct(values[1]["infer_samples_per_s"]))
+    step = floors.pct_text(_expected_pct(values[1]["train_step_s"], values[2]["train_step_s"]))
+    infer = floors.pct_text(_expected_pct(values[1]["infer_samples_per_s"]))
     assert (f"differences between single runs under {step} in training step time and {infer} in inference "
             "throughput are within this machine's run-to-run noise and are not claimed") in out
     assert "1.5 min" in out and "the runs' figures" in out and "floor %" in out
@@ -255,24 +255,24 @@ def test_the_manifest_carries_this_machines_floor(tmp_path, monkeypatch, tiny_se
 
 def test_the_summary_table_and_sentence_of_a_floor():
     floor = _floor()
-    table = caveats.noise_floor_table([floor])
+    table = floors.noise_floor_table([floor])
     assert list(table.columns) == ["machine", "device", "metric", "floor %", "runs", "the runs' figures"]
     assert len(table) == 2, "one line per metric, its thread counts pooled"
     step = table[table["metric"] == "training step"].iloc[0]
     pooled = _expected_pct(floor.values[1]["train_step_s"], floor.values[2]["train_step_s"])
-    assert step["floor %"] == caveats.pct_text(pooled)
+    assert step["floor %"] == floors.pct_text(pooled)
     assert pooled < _expected_pct(floor.values[1]["train_step_s"]), "more runs behind it: a narrower bound"
     assert step["runs"] == 6
     assert step["the runs' figures"] == "1 thread: 100 ms, 110 ms, 120 ms; 2 threads: 50.0 ms, 55.0 ms, 60.0 ms"
-    said = caveats.noise_floor_sentences([floor], [MACHINE, "otherbox"])
-    infer = caveats.pct_text(_expected_pct(floor.values[1]["infer_samples_per_s"]))
+    said = floors.noise_floor_sentences([floor], [MACHINE, "otherbox"])
+    infer = floors.pct_text(_expected_pct(floor.values[1]["infer_samples_per_s"]))
     assert said[0].startswith(f"On {MACHINE} (cpu), differences between single runs under {step['floor %']} in "
                               f"training step time and {infer} in inference throughput")
     assert "3 fresh runs at each of 1 thread and 2 threads on " in said[0]
     assert "are within this machine's run-to-run noise and are not claimed" in said[0]
     assert said[1] == ("No noise floor was measured on otherbox: single-run comparisons are inconclusive; run "
                        "`benchlib calibrate`.")
-    assert "wider than the machine's quiet floor" in caveats.noise_floor_sentences([_floor(interfered=True)])[0]
+    assert "wider than the machine's quiet floor" in floors.noise_floor_sentences([_floor(interfered=True)])[0]
 
 
 def test_the_published_data_holds_the_floor(tmp_path):

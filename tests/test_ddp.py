@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchlib.report.tables import scaling_table
+from benchlib.report.tables.comparisons import scaling_table
 from benchlib.store.rows import read_results, read_samples
 
 COMMON = ["run", "--model", "resnet18", "--data", "synthetic", "--batch-size", "64", "--steps", "3",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from benchlib.report import dictionary
+from benchlib.report.words import dictionary
 from benchlib.store import schema
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -16,17 +16,10 @@ from benchlib.cli import main
 from benchlib.env import manifest
 from benchlib.env.manifest import machine_name
 from benchlib.instruments.run_to_run import floor_pct
-from benchlib.report.diff import diff, floor_lines, notes, regressions
-from benchlib.report.evidence import SampleFiles
-from benchlib.report.stats import (
-    CLAIMS,
-    compare,
-    compare_runs,
-    judge_single_runs,
-    proportion_ratio,
-    spread,
-)
-from benchlib.report.tables import scaling_table, speedup_matrix, speedup_table
+from benchlib.report.evidence.diff import diff, floor_lines, notes, regressions
+from benchlib.report.evidence.samples import SampleFiles
+from benchlib.report.evidence.stats import CLAIMS, compare, compare_runs, judge_single_runs, proportion_ratio, spread
+from benchlib.report.tables.comparisons import scaling_table, speedup_matrix, speedup_table
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.store.noise_floor import NoiseFloor, save_noise_floor

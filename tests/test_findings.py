@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchlib.report import caveats, findings
-from benchlib.report.findings_work import bound, roofline_sentences, time_sentences
+from benchlib.report.findings import caveats, claims, key
+from benchlib.report.findings.work import bound, roofline_sentences, time_sentences
 
 RNG = np.random.default_rng(0)
 
@@ -61,7 +61,7 @@ def _ratio(sentence: str) -> float:
 def test_the_faster_device_is_named_with_its_ratio_interval_and_verdict():
     df, reader = _frame([_row("cpu", hardware="cpu"), _row("gpu", hardware="cuda")], {"cpu": 0.10, "gpu": 0.01},
                         {"cpu": 0.004, "gpu": 0.002})
-    lines = findings.devices(df, reader)
+    lines = claims.devices(df, reader)
     train = next(line for line in lines if "samples/s" in line)
     assert train.startswith("cuda trains resnet18 fastest (bs64): 6,400 samples/s")
     assert _ratio(train) == pytest.approx(10.0, rel=0.05)
@@ -73,8 +73,8 @@ def test_the_faster_device_is_named_with_its_ratio_interval_and_verdict():
 
 def test_one_device_has_no_device_section_and_says_so():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.1})
-    out = findings.key_findings(df, reader=reader)
-    assert findings.devices(df, reader) == []
+    out = key.key_findings(df, reader=reader)
+    assert claims.devices(df, reader) == []
     assert "Devices" not in [t for t, _ in out.sections]
     assert "a second device" in out.not_run and "optimization variants" in out.not_run
     assert "several batch sizes" in out.not_run and "profiles" in out.not_run
@@ -85,7 +85,7 @@ def test_one_device_has_no_device_section_and_says_so():
 def test_the_fastest_model_and_the_most_accurate_are_named():
     df, reader = _frame([_row("a", test_accuracy=0.91), _row("b", model="mobilenet_v2", test_accuracy=0.95)],
                         {"a": 0.05, "b": 0.1}, {"a": 0.004, "b": 0.002})
-    lines = findings.models(df, reader)
+    lines = claims.models(df, reader)
     train = next(line for line in lines if "trains fastest" in line)
     assert train.startswith("resnet18 trains fastest on cpu: 1,280 samples/s at bs64")
     assert "faster (steps) than mobilenet_v2 (640 samples/s at bs64)" in train
@@ -97,14 +97,14 @@ def test_the_fastest_model_and_the_most_accurate_are_named():
 def test_where_the_samples_rank_two_models_the_other_way_the_samples_win():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.10, "b": 0.05})
     df.loc[df["run_id"] == "a", "train_samples_per_s"] = 5000.0  # a row figure the samples do not bear out
-    (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]
+    (train,) = [line for line in claims.models(df, reader) if "samples/s" in line]
     assert train.startswith("mobilenet_v2 trains fastest on cpu") and "faster (steps) than resnet18" in train
     assert _ratio(train) == pytest.approx(2.0, rel=0.05)
 
 
 def test_two_models_with_the_same_speed_are_the_same():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.0501})
-    (train,) = [line for line in findings.models(df, reader) if "samples/s" in line]
+    (train,) = [line for line in claims.models(df, reader) if "samples/s" in line]
     assert train.startswith("resnet18 and mobilenet_v2 train as fast on cpu within noise")
     assert "fastest" not in train and "faster" not in train
 
@@ -112,7 +112,7 @@ def test_two_models_with_the_same_speed_are_the_same():
 def test_the_best_variant_against_the_default_with_accuracy():
     rows = [_row("d"), _row("amp", variant="gpu-amp", test_accuracy=0.88), _row("cl", variant="channels-last")]
     df, reader = _frame(rows, {"d": 0.10, "amp": 0.05, "cl": 0.12})
-    out = findings.key_findings(df, reader=reader)
+    out = key.key_findings(df, reader=reader)
     lines = out.section("Optimization variants")
     best = next(line for line in lines if "trains fastest" in line)
     assert best.startswith("resnet18 on cpu (bs64): gpu-amp trains fastest") and "faster (steps) than default" in best
@@ -122,7 +122,7 @@ def test_the_best_variant_against_the_default_with_accuracy():
 
 def test_no_variant_faster_than_the_default_is_said_so():
     df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.1001})
-    (line,) = [x for x in findings.variants(df, reader) if "train" in x]
+    (line,) = [x for x in claims.variants(df, reader) if "train" in x]
     assert "no variant trains faster than default" in line and "the same within noise" in line
 
 
@@ -130,7 +130,7 @@ def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():
     rows = [_row("b16", batch_size=16), _row("b64", batch_size=64),
             _row("b256", batch_size=256, status="oom", error="CUDA out of memory")]
     df, reader = _frame(rows, {"b16": 0.02, "b64": 0.04})
-    lines = findings.key_findings(df, reader=reader).section("Batch size")
+    lines = key.key_findings(df, reader=reader).section("Batch size")
     assert len(lines) == 1
     assert lines[0].startswith("bs64 trains fastest for resnet18 on cpu (default): 1,600 samples/s")
     assert "faster (steps) than bs16 (800 samples/s)" in lines[0]
@@ -141,7 +141,7 @@ def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():
 def test_a_variant_that_trains_nothing_has_no_batch_size_finding():
     rows = [_row("q16", batch_size=16, variant="cpu-quantized"), _row("q64", batch_size=64, variant="cpu-quantized")]
     df, reader = _frame(rows, {})
-    assert findings.batch_sizes(df, reader) == []
+    assert claims.batch_sizes(df, reader) == []
 
 
 def test_roofline_placement_compute_or_memory_bound_and_fraction():
@@ -179,24 +179,24 @@ def test_warnings_for_interfered_and_noisy_rows_come_first():
     rows = [_row("a", interfered=True, interference_cpu_pct=45.0, interference_threshold_pct=10.0),
             _row("b", model="mobilenet_v2", train_step_noisy=True)]
     df, reader = _frame(rows, {"a": 0.05, "b": 0.1})
-    out = findings.key_findings(df, reader=reader)
+    out = key.key_findings(df, reader=reader)
     assert any("1 of 2 rows were measured while other processes used up to 45% of the CPUs" in w
                for w in out.warnings)
     assert any(w.startswith("1 of 2 rows is noisy") and "mobilenet_v2" in w for w in out.warnings)
-    text = findings.as_markdown(out)
+    text = key.as_markdown(out)
     assert text.index("**Warning:**") < text.index("**Models**")
 
 
 def test_no_warning_on_clean_rows():
     df, reader = _frame([_row("a"), _row("b", model="mobilenet_v2")], {"a": 0.05, "b": 0.1})
     assert caveats.warnings(df) == []
-    assert "Warning" not in findings.as_markdown(findings.key_findings(df, reader=reader))
+    assert "Warning" not in key.as_markdown(key.key_findings(df, reader=reader))
 
 
 def test_failures_and_skips_are_named_with_why():
     rows = [_row("a"), _row("b", variant="gpu-amp", status="skipped", error="fp16 training needs CUDA")]
     df, reader = _frame(rows, {"a": 0.05})
-    (line,) = findings.key_findings(df, reader=reader).section("Failed and skipped")
+    (line,) = key.key_findings(df, reader=reader).section("Failed and skipped")
     assert line.startswith("1 of 2 configurations produced no measurement")
     assert "resnet18 on cpu (bs64, gpu-amp) was skipped (fp16 training needs CUDA)" in line
 
@@ -210,7 +210,7 @@ def test_a_long_error_is_cut_with_an_ellipsis():
 
 def test_nothing_failed_leaves_the_section_out():
     df, reader = _frame([_row("a")], {"a": 0.05})
-    out = findings.key_findings(df, reader=reader)
+    out = key.key_findings(df, reader=reader)
     assert out.section("Failed and skipped") == []
     assert out.section("Models") == ["resnet18 trains at 1,280 samples/s on cpu, bs64."]
 
@@ -218,7 +218,7 @@ def test_nothing_failed_leaves_the_section_out():
 def test_thread_scaling_names_the_best_count_and_its_efficiency():
     rows = [_row("t1", threads=1), _row("t2", threads=2)]
     df, reader = _frame(rows, {"t1": 0.10, "t2": 0.0625})
-    (line,) = findings.key_findings(df, reader=reader).section("Scaling")
+    (line,) = key.key_findings(df, reader=reader).section("Scaling")
     assert line.startswith("2 threads train fastest for resnet18 on cpu (bs64): 1,020 samples/s, 1.60x [")
     assert "faster (steps) than 1 thread (640 samples/s)" in line and "parallel efficiency 80.0%" in line
 
@@ -226,13 +226,13 @@ def test_thread_scaling_names_the_best_count_and_its_efficiency():
 def test_more_threads_that_slow_training_down_are_said_to():
     rows = [_row("t1", threads=1), _row("t2", threads=2)]
     df, reader = _frame(rows, {"t1": 0.05, "t2": 0.10})
-    (line,) = findings.scaling(df, reader)
+    (line,) = claims.scaling(df, reader)
     assert line.startswith("1 thread trains fastest for resnet18 on cpu (bs64): 2 threads train 0.50x [")
     assert "slower (steps) against it (parallel efficiency 25.0%)" in line
 
 
 def test_no_rows_at_all():
-    out = findings.key_findings(pd.DataFrame(columns=["status", "run_id"]))
+    out = key.key_findings(pd.DataFrame(columns=["status", "run_id"]))
     assert out.sections == [] and out.warnings == [] and out.not_run == ["no configuration was measured"]
 
 
@@ -251,14 +251,14 @@ def test_rows_of_different_processes_are_claimed_only_beyond_the_floor():
     """One run a side in two processes: without a floor nothing is claimed; with one, 1.6x is and 1.1x is not."""
     rows = [_row("t1", threads=1, process_uid="host:1:0"), _row("t2", threads=2, process_uid="host:2:0")]
     df, reader = _frame(rows, {"t1": 0.10, "t2": 0.0625})
-    (line,) = findings.scaling(df, reader)
+    (line,) = claims.scaling(df, reader)
     assert "are not told apart" in line and "benchlib calibrate" in line and "faster" not in line
     floors = FloorReader({"t1": 0.10, "t2": 0.0625})
-    (line,) = findings.scaling(df, floors)
+    (line,) = claims.scaling(df, floors)
     assert "faster (floor) than 1 thread" in line, line
     close = FloorReader({"t1": 0.10, "t2": 0.09})
     df_close, _ = _frame(rows, {"t1": 0.10, "t2": 0.09})
-    (line,) = findings.scaling(df_close, close)
+    (line,) = claims.scaling(df_close, close)
     assert "are not told apart" in line and "(floor)" in line and "repeat each side 5 times" in line
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from benchlib.report import fmt
+from benchlib.report.words import fmt
 
 
 @pytest.mark.parametrize("value,text", [(6515, "6,520"), (10234, "10,200"), (0.012345, "0.0123"), (9.996, "10.0"),

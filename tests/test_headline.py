@@ -6,7 +6,8 @@ import math
 
 import pandas as pd
 
-from benchlib.report import cells, fmt, headline
+from benchlib.report.tables import headline
+from benchlib.report.words import cells, fmt
 
 MIB = 2**20
 

@@ -13,7 +13,7 @@ from benchlib.instruments.profiler import (
     STEP_COLUMNS,
     ProfileResult,
 )
-from benchlib.report import pages
+from benchlib.report.display import pages
 
 TIME = re.compile(r"[\d.,]+ (µs|ms|s)")
 

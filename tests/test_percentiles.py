@@ -18,7 +18,9 @@ from benchlib.instruments.timing import (
     min_samples_for,
     order_statistic_ranks,
 )
-from benchlib.report import fmt, headline, pages
+from benchlib.report.display import pages
+from benchlib.report.tables import headline
+from benchlib.report.words import fmt
 from benchlib.run.columns import percentile_columns
 from benchlib.store import schema
 

@@ -10,7 +10,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
-from benchlib.report import plots, plots_roofline  # noqa: E402
+from benchlib.report.figures import charts, style, telemetry
+from benchlib.report.figures import roofline as roofline_figures
 from benchlib.roofline.ceilings import Ceilings  # noqa: E402
 
 MIB = 2**20
@@ -33,7 +34,7 @@ def _ceilings(device: str = "cpu", machine: str = "m") -> Ceilings:
 def test_step_times_in_ms_warmup_first_and_legend_outside(tmp_path):
     samples = pd.DataFrame({"series": ["train_step_s"] * 20 + ["warmup_step_s"] * 3,
                             "value": [0.050] * 20 + [0.9, 0.06, 0.055]})
-    fig = plots.step_time_distribution(samples, "t", tmp_path, "steps")
+    fig = charts.step_time_distribution(samples, "t", tmp_path, "steps")
     ax = fig.axes[0]
     offsets = {c.get_label(): c.get_offsets() for c in ax.collections}
     timed = next(v for k, v in offsets.items() if k.startswith("timed step"))
@@ -56,20 +57,20 @@ def _roof_labels(ax) -> list[str]:
 
 def test_device_roofline_draws_only_the_dtypes_with_points_and_their_values(tmp_path):
     df = pd.DataFrame([_row(), _row(model="mobilenet_v2", run_id="q")])
-    (fig,) = plots_roofline.device_rooflines(df, [_ceilings()], tmp_path)
+    (fig,) = roofline_figures.device_rooflines(df, [_ceilings()], tmp_path)
     labels = _roof_labels(fig.axes[0])
     assert labels == ["measured fp32 roof: 100 GFLOP/s, 10.0 GB/s, ridge 10.0 FLOP/byte"]
     point_colours = {to_hex(line.get_color()) for line in fig.axes[0].get_lines() if " roof: " not in line.get_label()}
-    assert point_colours == {plots.OKABE_ITO[0].lower(), plots.OKABE_ITO[1].lower()}
+    assert point_colours == {style.OKABE_ITO[0].lower(), style.OKABE_ITO[1].lower()}
     df_bf16 = pd.DataFrame([_row(), _row(run_id="b", roof_dtype="bf16", variant="cpu-bf16")])
-    (fig,) = plots_roofline.device_rooflines(df_bf16, [_ceilings()], tmp_path)
+    (fig,) = roofline_figures.device_rooflines(df_bf16, [_ceilings()], tmp_path)
     assert [label.split(":")[0] for label in _roof_labels(fig.axes[0])] == ["measured fp32 roof", "measured bf16 roof"]
     assert (tmp_path / "roofline__m__cpu.png").exists()
 
 
 def test_a_point_without_a_measured_roof_is_hollow_and_says_so(tmp_path):
     df = pd.DataFrame([_row(), _row(run_id="q", roof_dtype="int8", variant="cpu-quantized")])
-    (fig,) = plots_roofline.device_rooflines(df, [_ceilings()], tmp_path)
+    (fig,) = roofline_figures.device_rooflines(df, [_ceilings()], tmp_path)
     ax = fig.axes[0]
     assert [label.split(":")[0] for label in _roof_labels(ax)] == ["measured fp32 roof"]
     quantized = [line for line in ax.get_lines() if line.get_label().startswith("resnet18 cpu-quantized")]
@@ -79,20 +80,20 @@ def test_a_point_without_a_measured_roof_is_hollow_and_says_so(tmp_path):
 
 def test_a_device_without_points_and_a_model_on_one_device_draw_nothing(tmp_path):
     df = pd.DataFrame([_row()])
-    assert plots_roofline.device_rooflines(df, [_ceilings(), _ceilings("cuda:0")], tmp_path).__len__() == 1
-    assert plots_roofline.model_rooflines(df, [_ceilings(), _ceilings("cuda:0")], tmp_path) == []
+    assert roofline_figures.device_rooflines(df, [_ceilings(), _ceilings("cuda:0")], tmp_path).__len__() == 1
+    assert roofline_figures.model_rooflines(df, [_ceilings(), _ceilings("cuda:0")], tmp_path) == []
     two = pd.DataFrame([_row(), _row(hardware="cuda", run_id="g")])
-    (fig,) = plots_roofline.model_rooflines(two, [_ceilings(), _ceilings("cuda:0")], tmp_path)
+    (fig,) = roofline_figures.model_rooflines(two, [_ceilings(), _ceilings("cuda:0")], tmp_path)
     assert len(_roof_labels(fig.axes[0])) == 2 and (tmp_path / "roofline_model__resnet18.png").exists()
 
 
 def test_memory_bars_are_the_peak_above_baseline(tmp_path):
     df = pd.DataFrame([_row(), _row(model="mobilenet_v2", run_id="q", peak_rss_above_baseline_bytes=100 * MIB)])
-    fig = plots.metric_bars(df, plots.MEMORY_METRIC, tmp_path)
+    fig = charts.metric_bars(df, style.MEMORY_METRIC, tmp_path)
     heights = sorted(p.get_height() for p in fig.axes[0].patches if p.get_height() > 0)
     assert heights == [100.0, 300.0]
     assert "above baseline" in fig.axes[0].get_ylabel()
-    assert (tmp_path / f"{plots.MEMORY_METRIC}.png").exists()
+    assert (tmp_path / f"{style.MEMORY_METRIC}.png").exists()
 
 
 def test_telemetry_phases_in_their_colours_with_a_legend_and_integer_thread_ticks(tmp_path):
@@ -100,7 +101,7 @@ def test_telemetry_phases_in_their_colours_with_a_legend_and_integer_thread_tick
     frame = pd.DataFrame({"t_s": t, "phase": ["train"] * 6 + ["eval"] * 3 + ["latency"] * 3,
                           "cpu_util_pct": 50.0, "proc_cpu_util_pct": 90.0, "rss_bytes": 1.2e9,
                           "threads": [16, 16, 17, 17, 17, 16, 16, 16, 17, 17, 16, 16]})
-    fig = plots.telemetry_timeline(frame, "t", tmp_path, "tele")
+    fig = telemetry.telemetry_timeline(frame, "t", tmp_path, "tele")
     legend_texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert legend_texts == ["phase: train", "phase: eval", "phase: latency"]
     spans = {to_hex(p.get_facecolor()) for p in fig.axes[0].patches}
@@ -116,20 +117,20 @@ def test_telemetry_phases_in_their_colours_with_a_legend_and_integer_thread_tick
 def test_scaling_axis_has_integer_ticks(tmp_path):
     table = pd.DataFrame({"model": "resnet18", "batch_size": 64, "hardware": "cpu", "threads": [1, 2, 4],
                           "train_samples_per_s": [100.0, 180.0, 300.0], "parallel_efficiency": [1.0, 0.9, 0.75]})
-    fig = plots.scaling(table, "threads", tmp_path)
+    fig = charts.scaling(table, "threads", tmp_path)
     assert all(float(tick).is_integer() for tick in fig.axes[0].get_xticks())
 
 
 def test_palette_is_colour_blind_safe_and_long_enough():
-    assert plots.palette(3) == list(plots.OKABE_ITO[:3])
-    assert len(plots.palette(12)) == 12 and plots.palette(12)[:8] == list(plots.OKABE_ITO)
+    assert style.palette(3) == list(style.OKABE_ITO[:3])
+    assert len(style.palette(12)) == 12 and style.palette(12)[:8] == list(style.OKABE_ITO)
 
 
 def test_batch_sweep_one_curve_per_swept_setting_and_plain_batch_ticks(tmp_path):
     rows = [_row(run_id=f"b{b}t{t}", batch_size=b, threads=t, train_samples_per_s=b * t, train_step_s_median=0.1)
             for b in (16, 32, 64) for t in (1, 2)]
     rows.append(_row(run_id="oom", batch_size=128, threads=1, status="oom"))
-    fig = plots.batch_sweep(pd.DataFrame(rows), tmp_path)
+    fig = charts.batch_sweep(pd.DataFrame(rows), tmp_path)
     labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
     assert labels == ["resnet18 @ cpu, 1 threads", "resnet18 @ cpu, 2 threads"]
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["16", "32", "64", "128"]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from benchlib.pipeline import publish
-from benchlib.report import site
+from benchlib.report.display import site
 from benchlib.store.layout import ReportLayout, ResultsLayout
 
 HREF = re.compile(r'href="([^"]+)"')

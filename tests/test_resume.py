@@ -126,7 +126,7 @@ def test_sweep_records_oom_and_nan_and_goes_on(tmp_path):
 def test_repeats_run_each_configuration_with_several_seeds(tmp_path):
     rows = run_pair("s", "cpu", "squeezenet1_1", [4], RunSettings(**TINY), tmp_path, repeats=3)
     assert [r["seed"] for r in rows] == [0, 1, 2]
-    from benchlib.report.tables import repeat_summary
+    from benchlib.report.tables.summaries import repeat_summary
 
     agg = repeat_summary(read_results([tmp_path]))
     assert len(agg) == 1 and agg.loc[0, "n"] == 3

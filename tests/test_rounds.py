@@ -11,9 +11,9 @@ import pytest
 from benchlib.cli import main
 from benchlib.errors import ConfigError
 from benchlib.pipeline import rounds
-from benchlib.report import rules
-from benchlib.report.evidence import SampleFiles
-from benchlib.report.precision import Precision, study_precision
+from benchlib.report.evidence import rules
+from benchlib.report.evidence.precision import Precision, study_precision
+from benchlib.report.evidence.samples import SampleFiles
 from benchlib.spec.study import AutoRepeats, parse_repeats
 from benchlib.store.layout import ResultsLayout
 from benchlib.store.rows import read_results

@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 
-from benchlib.report.rules import as_markdown, run_rules
+from benchlib.report.evidence.rules import as_markdown, run_rules
 
 
 def _row(seed: int, status: str = "ok", **extra) -> dict:

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from benchlib.pipeline.study import summarize
-from benchlib.report.tables import scaling_table, sweep_summary
+from benchlib.report.tables.comparisons import scaling_table
+from benchlib.report.tables.summaries import sweep_summary
 from benchlib.run.preflight import load_study
 from benchlib.run.record import run_pair
 from benchlib.spec.settings import RunSettings

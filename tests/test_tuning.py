@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from benchlib.engine.train import EvalResult
 from benchlib.errors import ConfigError, NonFiniteLossError
-from benchlib.report import tuning as tuning_report
+from benchlib.report.readback import tuning as tuning_report
 from benchlib.run import tune as tuning
 from benchlib.spec import tune as tuning_spec
 from benchlib.spec.settings import RunConfig, RunSettings

@@ -15,7 +15,7 @@ from benchlib.errors import ConfigError
 from benchlib.nets.flops import complexity_for_run
 from benchlib.nets.models import build_model
 from benchlib.nets.user_models import register_model
-from benchlib.report.glance import glance_html
+from benchlib.report.display.glance import glance_html
 from benchlib.spec.settings import RunConfig
 from benchlib.spec.study import parse_study
 from benchlib.spec.vocab import MODEL_FORMS, model_problem, model_token
@@ -277,12 +277,12 @@ def test_without_optuna_tuning_says_which_extra_and_the_rest_imports(monkeypatch
     from benchlib.errors import MissingExtra
 
     monkeypatch.setitem(sys.modules, "optuna", None)
-    for name in ("benchlib.run.tune", "benchlib.store.tuning_storage", "benchlib.report.tuning"):
+    for name in ("benchlib.run.tune", "benchlib.store.tuning_storage", "benchlib.report.readback.tuning"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(MissingExtra, match=r"tuning \(benchlib tune, the tune notebook\) needs optuna, which is "
                                            r"not installed; install it with pip install 'benchlib\[tune\]'"):
         importlib.import_module("benchlib.run.tune")
-    for name in ("benchlib.report.views", "benchlib.report.summary_views", "benchlib.pipeline.study"):
+    for name in ("benchlib.report.display.pair", "benchlib.report.display.summary", "benchlib.pipeline.study"):
         monkeypatch.delitem(sys.modules, name, raising=False)
         importlib.import_module(name)  # what a study and its pages import
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchlib.cli import main
-from benchlib.report.tables import variant_speedups
+from benchlib.report.tables.comparisons import variant_speedups
 from benchlib.run.preflight import load_study
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings

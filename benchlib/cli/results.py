@@ -27,8 +27,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from ..report import diff as d
-    from ..report.evidence import METRICS
+    from ..report.evidence import diff as d
+    from ..report.evidence.samples import METRICS
 
     for flag, value in (("--threshold", args.threshold), ("--fail-on-regression", args.fail_on_regression)):
         if value is not None and not (math.isfinite(value) and 0 <= value < 100):

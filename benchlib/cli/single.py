@@ -14,6 +14,7 @@ import yaml
 
 from .. import log as messages
 from ..errors import BenchlibError, ConfigError
+from ..report.evidence import floors
 from .jsonout import finite, nan_to_none
 from .progress import Progress
 
@@ -143,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
     """The row's headline figures as the report prints them (units, three significant digits, en dash)."""
-    from ..report import fmt
+    from ..report.words import fmt
 
     shown: list[tuple[str, str]] = [("status", str(row.get("status")))]
     if row.get("error"):
@@ -167,7 +168,7 @@ def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from ..report import pages
+    from ..report.display import pages
     from ..run.profile import record_profile
 
     cfg = _config_from_args(args)
@@ -266,7 +267,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..env.threads import usable_cpus
     from ..instruments.run_to_run import floor_pcts
     from ..pipeline.calibrate import measure_noise_floor, thread_counts
-    from ..report import caveats
     from ..store.noise_floor import save_noise_floor
 
     device = _device_argument(args.device)
@@ -285,8 +285,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"noise floor of {floor.machine} ({floor.device}), {floor.runs} fresh runs per thread count, measured in "
           f"{floor.minutes:.1f} min ({floor.measured_utc}); saved to {path}")
     print(f"configuration: {floor.configuration} --threads N")
-    print(caveats.floor_sentence(floor))
-    print(caveats.noise_floor_table([floor]).drop(columns=["machine", "device"]).to_string(index=False))
+    print(floors.floor_sentence(floor))
+    print(floors.noise_floor_table([floor]).drop(columns=["machine", "device"]).to_string(index=False))
     if floor.interfered:
         print(f"benchlib: warning: other work ran while it was measured ({floor.interference}): this floor is wider "
               "than the machine's quiet one; measure again on a quiet machine", file=sys.stderr)

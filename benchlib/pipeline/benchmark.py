@@ -23,7 +23,7 @@ from ..env.devices import resolve_hardware
 from ..errors import ConfigError
 from ..nets.models import build_model
 from ..nets.user_models import ModelSource, is_registered, register_model
-from ..report.glance import BenchmarkResults, save_figure
+from ..report.display.glance import BenchmarkResults, save_figure
 from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
 from ..run.record import ProgressFn, pair_configs, run_pair, say
 from ..spec.settings import RunSettings, check_batch_sizes, settings_from_mapping

@@ -2,7 +2,7 @@
 
 Every side is measured by :func:`benchlib.benchmark` into one results folder; each side's rows are then
 compared with the baseline's at the same hardware and batch size (and variant, when models are compared)
-by the same judgement ``benchlib diff`` and the summary use (``report.evidence.compare_rows``): a ratio
+by the same judgement ``benchlib diff`` and the summary use (``report.evidence.samples.compare_rows``): a ratio
 with its interval, a verdict and the level it rests on. Sides measured in this one process are compared
 on their steps, which the verdict says (level ``steps``); a claim that survives a second run needs fresh
 processes: a study with ``repeats`` (``benchlib compare PARAMS.yaml``).
@@ -18,8 +18,8 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..nets.user_models import ModelSource
-from ..report.diff import DEFAULT_METRICS
-from ..report.evidence import METRICS, SampleFiles, compare_rows
+from ..report.evidence.diff import DEFAULT_METRICS
+from ..report.evidence.samples import METRICS, SampleFiles, compare_rows
 from .benchmark import benchmark, model_reference
 
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",

@@ -23,7 +23,8 @@ from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from traitlets import default
 
 from ..errors import ConfigError
-from ..report import dictionary, site
+from ..report.display import site
+from ..report.words import dictionary
 from ..store.atomic import atomic_write_text
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 

@@ -4,7 +4,7 @@ The unit of a comparison is the run (a fresh process), so round ``r`` of a study
 ``seed + r`` of every configuration) runs in kernels of its own, all pairs of a round before the next
 round: the sides of every comparison alternate round by round and slow drift lands on each. With
 ``repeats: auto`` the rounds go on until every configuration's figure and every ratio within a pair is
-known within the target (``report.precision``), or the budget of runs or minutes is spent; what it reached
+known within the target (``report.evidence.precision``), or the budget of runs or minutes is spent; what it reached
 and why it stopped goes to ``run_rules.json`` and the summary.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..report.evidence import SampleFiles
-from ..report.precision import Precision, study_precision
+from ..report.evidence.precision import Precision, study_precision
+from ..report.evidence.samples import SampleFiles
 from ..spec.study import AutoRepeats
 from ..store.layout import ResultsLayout
 from ..store.rows import read_results

@@ -1,31 +1,24 @@
-"""What not to trust and what is missing: rows measured under interference, noisy or above their roof; what
-failed or was skipped, with why; the questions a study did not ask; and the machine's run-to-run noise floor,
-under which a difference between single runs is not claimed.
-
-Pure, like ``findings``, which puts these first (warnings) and last (failures, what did not run).
+"""What a reader must know before trusting a figure: rows that were interfered with or noisy, failures
+with their reason, what was not run, and how precise the accuracy is.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..instruments import drift, interference
-from ..instruments.run_to_run import floor_of
-from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
-from ..store.noise_floor import NoiseFloor
-from ..store.rows import flag_mask
-from . import fmt
-from .evidence import NOISE_FLAGS
-from .tables import config_key, device_label, ok_rows
+from ...instruments import drift, interference
+from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ...store.rows import flag_mask
+from ..evidence.samples import NOISE_FLAGS
+from ..evidence.selection import config_key, device_label, ok_rows
 
 MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
+
+
 MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
-FLOOR_LABELS = {"train_step_s": ("training step", fmt.seconds_text),
-                "infer_samples_per_s": ("inference throughput", lambda v: f"{fmt.significant(v)}/s"),
-                "latency_ms_p50": ("latency p50, batch 1", fmt.ms_text), "peak_rss_bytes": ("peak RSS", fmt.bytes_text)}
 
 
 def measured_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -34,8 +27,6 @@ def measured_rows(df: pd.DataFrame) -> pd.DataFrame:
     if not good.empty:
         good["device"] = device_label(good)
     return good
-
-
 
 
 def _named(rows: pd.DataFrame) -> str:
@@ -119,55 +110,6 @@ def not_run(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = ()) -> lis
     if not profiles:
         missing.append("profiles")
     return missing
-
-
-def pct_text(value: float) -> str:
-    """A floor in % as a reader sees it: two significant digits, an en dash where there is none."""
-    return f"{fmt.significant(value, 2)}%" if np.isfinite(value) else fmt.MISSING
-
-
-def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
-    """One line per machine, device and metric: how far two single runs of identical settings may differ by
-    noise alone (``instruments.run_to_run.floor_pct``, pooled over the thread counts), the runs behind it
-    and their figures per thread count (when and how they ran is ``floor_sentence``'s)."""
-    records = []
-    for f in floors:
-        for metric in dict.fromkeys(m for per in f.values.values() for m in per):
-            label, text = FLOOR_LABELS.get(metric, (metric, fmt.significant))
-            per_threads = {n: per[metric] for n, per in sorted(f.values.items()) if per.get(metric)}
-            records.append({"machine": f.machine, "device": f.device, "metric": label,
-                            "floor %": pct_text(floor_of([f], metric)),
-                            "runs": sum(len(v) for v in per_threads.values()),
-                            "the runs' figures": "; ".join(f"{_threads(n)}: {', '.join(text(v) for v in values)}"
-                                                           for n, values in per_threads.items())})
-    return pd.DataFrame(records)
-
-
-def _threads(n: int) -> str:
-    return f"{n} thread{'s' if n > 1 else ''}"
-
-
-def floor_sentence(f: NoiseFloor) -> str:
-    """What one floor lets a comparison of single runs claim (the training step's and inference's floors; the
-    others are in the table) and how it was measured: the one wording of a floor."""
-    step, infer = (pct_text(floor_of([f], m)) for m in ("train_step_s", "infer_samples_per_s"))
-    counts = " and ".join(_threads(n) for n in sorted(f.values))
-    how = f"{f.runs} fresh runs at each of {counts} on {f.measured_utc[:16].replace('T', ' ')} UTC"
-    busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
-            if f.interfered else "")
-    return (f"On {f.machine} ({f.device}), differences between single runs under {step} in training step time "
-            f"and {infer} in inference throughput are within this machine's run-to-run noise and are not claimed "
-            f"({how}; other metrics in the table).{busy}")
-
-
-def noise_floor_sentences(floors: Sequence[NoiseFloor], machines: Iterable[str] = ()) -> list[str]:
-    """Per floor, ``floor_sentence``; a line naming the ``machines`` without one."""
-    out = [floor_sentence(f) for f in floors]
-    missing = sorted({str(m) for m in machines} - {f.machine for f in floors})
-    if missing:
-        out.append(f"No noise floor was measured on {', '.join(missing)}: single-run comparisons are inconclusive; "
-                   "run `benchlib calibrate`.")
-    return out
 
 
 def accuracy_sentence(df: pd.DataFrame) -> str:

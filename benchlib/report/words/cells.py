@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..store.schema import COLUMNS
+from ...store.schema import COLUMNS
 from . import fmt
 
 # Columns that hold a share of a whole (0..1) and read best as a percentage.

@@ -1,6 +1,6 @@
 """What the pair, profile and tune notebooks show: thin wrappers that turn tables and figures into output.
 
-Every notebook cell calls one function here (the summary and sweep notebooks: ``summary_views``), so no
+Every notebook cell calls one function here (the summary and sweep notebooks: ``summary``), so no
 logic lives only in a notebook.
 """
 from __future__ import annotations
@@ -11,19 +11,11 @@ from typing import Any
 
 from IPython.display import Image, Markdown, display
 
-from ..store.layout import ResultsLayout
-from ..store.rows import read_samples
-from . import plots, show
-from . import tables as report
-
-
-def _show_figure(fig: Any) -> bool:
-    """Show a figure (already saved as PNG by ``plots``) and free it; False when there was none."""
-    if fig is None:
-        return False
-    display(fig)
-    plots.plt.close(fig)
-    return True
+from ...store.layout import ResultsLayout
+from ...store.rows import read_samples
+from ..figures import charts
+from ..tables import summaries
+from . import show
 
 
 def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figures_dir: str) -> None:
@@ -31,13 +23,13 @@ def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figur
     for row in rows:
         if row.get("status") != "ok":
             continue
-        _show_figure(plots.step_time_distribution(read_samples(Path(results_dir), row), row["run_id"], figures,
+        show.figure(charts.step_time_distribution(read_samples(Path(results_dir), row), row["run_id"], figures,
                                                   f"steps__{row['machine']}__{row['run_id']}"))
 
 
 def tuning(results_dir: str, study_name: str, figures_dir: str) -> None:
     """A pair's tuning study: every trial, the best against the default trial, and Optuna's figures."""
-    from .tuning import study_frame, tuning_figures  # optuna (benchlib[tune]) only where a page shows tuning
+    from ..readback.tuning import study_frame, tuning_figures
 
     frame = study_frame(results_dir, study_name)
     states = frame["state"].value_counts().to_dict() if not frame.empty else {}
@@ -47,7 +39,7 @@ def tuning(results_dir: str, study_name: str, figures_dir: str) -> None:
     display(Markdown("The best trial against the default trial: one short trial each, so the ratios have no "
                      "interval (a trial's figure is a single run). Measure the tuned variant (`cpu-tuned`/"
                      "`gpu-tuned` in `benchlib compare`) for the same comparison with its interval and verdict."))
-    display(show.table(report.best_against_default(frame), "no completed default or best trial to compare"))
+    display(show.table(summaries.best_against_default(frame), "no completed default or best trial to compare"))
     display(show.table(frame.drop(columns=["params"], errors="ignore"), "no trials"))
     for path in tuning_figures(results_dir, study_name, Path(figures_dir)):
         display(Image(filename=str(path)))

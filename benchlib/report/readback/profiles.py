@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..store.layout import ResultsLayout
+from ...store.layout import ResultsLayout
 
 
 def load_profiles(results_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:

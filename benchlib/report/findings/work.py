@@ -11,9 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from ..instruments.profiler import BREAKDOWN_CATEGORIES
-from ..store.schema import finite_float
-from . import fmt
+from ...instruments.profiler import BREAKDOWN_CATEGORIES
+from ...store.schema import finite_float
+from ..words import fmt
 
 CATEGORY_WORDS = {"data_loading": "data loading", "memcpy": "memory copies", "compute": "compute",
                   "forward": "the forward pass", "backward": "the backward pass", "optimizer": "the optimizer step",

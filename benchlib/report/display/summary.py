@@ -7,23 +7,29 @@ the findings' last line says what the study did not run.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 from IPython.display import Markdown, display
 
-from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
-from ..roofline.cache import load_ceilings
-from ..store.layout import ResultsLayout
-from ..store.noise_floor import load_noise_floors
-from ..store.rows import key_of
-from . import caveats, fmt, headline, plots, plots_roofline, show
-from . import findings as found
-from . import rules as report_rules
-from . import tables as report
-from .profiles import load_profiles
+from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ...roofline.cache import load_ceilings
+from ...store.layout import ResultsLayout
+from ...store.noise_floor import load_noise_floors
+from ...store.rows import key_of
+from ..evidence import rules as report_rules
+from ..evidence import selection
+from ..evidence.floors import noise_floor_sentences, noise_floor_table
+from ..figures import charts, profile, style
+from ..figures import roofline as roofline_figures
+from ..figures.telemetry import telemetry_timeline
+from ..findings import caveats, key
+from ..readback.manifests import manifest_table
+from ..readback.profiles import load_profiles
+from ..tables import comparisons, headline, summaries
+from ..words import fmt
+from . import show
 
 INTERVAL_NOTE = ("the 95% bootstrap interval of the ratio of medians and a verdict (faster/slower when the "
                  "interval excludes 1 and the change is at least 2%, else same; unknown with one sample a side). "
@@ -39,12 +45,10 @@ ENERGY_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "trai
                   "train_energy_method", "train_energy_unmeasurable"]
 VARIANT_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "baseline", "train_throughput", "epoch",
                    "latency_bs1", "infer_throughput", "accuracy_delta_pts", "peak_memory_ratio", "model_size_ratio"]
-MANIFEST_KEYS = ("machine", "cpu_model", "cpus_usable", "torch_num_threads", "python", "torch", "torchvision",
-                 "cuda_version", "cudnn_version", "driver_version", "git_commit", "benchlib_version")
 
 
 def load(results_dirs: Iterable[str]) -> pd.DataFrame:
-    return report.load(results_dirs)
+    return selection.load(results_dirs)
 
 
 def _drop_empty(df: pd.DataFrame) -> pd.DataFrame:
@@ -73,7 +77,7 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
 
 def key_findings(df: pd.DataFrame, results_dirs: Iterable[str]) -> Markdown:
     """Warnings, then what the data says per question the study asked, then what it did not run."""
-    return Markdown(found.as_markdown(found.key_findings(df, load_profiles(results_dirs))))
+    return Markdown(key.as_markdown(key.key_findings(df, load_profiles(results_dirs))))
 
 
 def results(df: pd.DataFrame) -> None:
@@ -88,7 +92,7 @@ def results(df: pd.DataFrame) -> None:
     display(show.table(table.table, text=True))
     if table.notes:
         display(Markdown("Missing figures (" + fmt.MISSING + "):\n\n" + "\n".join(f"- {n}" for n in table.notes)))
-    full = report.pair_table(df)
+    full = summaries.pair_table(df)
     show.collapsed_table(f"Every configuration, all headline columns ({len(full)} rows; raw values in "
                          "results.csv)", full)
 
@@ -113,18 +117,18 @@ def noise_floor(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
     floors = load_noise_floors(results_dirs)
     machines = df["machine"].dropna().astype(str).unique() if "machine" in df else []
     show.heading("Run-to-run noise floor", 3)
-    display(Markdown(" ".join(caveats.noise_floor_sentences(floors, machines))))
+    display(Markdown(" ".join(noise_floor_sentences(floors, machines))))
     if floors:
         display(Markdown("One small configuration run in several fresh processes per thread count: `floor %` is how "
                          "far two single runs of identical settings may land apart by noise alone (99% prediction "
                          "bound of their ratio, the thread counts' spreads pooled)."))
-        display(show.table(caveats.noise_floor_table(floors), text=True))
+        display(show.table(noise_floor_table(floors), text=True))
 
 
 def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
     """Throughput, latency, memory above baseline and accuracy per model and device."""
-    metrics = ("train_samples_per_s", "infer_samples_per_s", "latency_ms_p50", plots.MEMORY_METRIC, "test_accuracy")
-    figures = [plots.metric_bars(df, m, figures_dir) for m in metrics]
+    metrics = ("train_samples_per_s", "infer_samples_per_s", "latency_ms_p50", style.MEMORY_METRIC, "test_accuracy")
+    figures = [charts.metric_bars(df, m, figures_dir) for m in metrics]
     if any(f is not None for f in figures):
         show.heading("Throughput, latency, memory and accuracy")
         show.figures(figures)
@@ -134,23 +138,23 @@ def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
 
 def speedups(df: pd.DataFrame) -> None:
     """Cross-device training speedups, only where there are two devices or more."""
-    if report.devices_count(df) < 2:
+    if selection.devices_count(df) < 2:
         return
     show.heading("Cross-device speedup")
     display(Markdown(f"How much faster the row's device trains than the column's, with {INTERVAL_NOTE}"))
-    display(show.table(report.speedup_matrix(df).reset_index(), text=True))
+    display(show.table(comparisons.speedup_matrix(df).reset_index(), text=True))
 
 
 def variants(df: pd.DataFrame) -> None:
     """Each optimization variant against its device's default: speedups with intervals, accuracy and memory."""
-    table = report.variant_speedups(df)
+    table = comparisons.variant_speedups(df)
     if table.empty:
         return
     show.heading("Optimization variants")
     display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better), with {INTERVAL_NOTE}"))
     table = table[table["variant"] != table["baseline"]]
     display(show.table(_drop_empty(table[[c for c in VARIANT_COLUMNS if c in table]])))
-    quant = report.ok_rows(df)
+    quant = selection.ok_rows(df)
     if "quantization" in quant and (quant["quantization"] != "none").any():
         cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
                             "accuracy_drop_pts", "model_size_bytes", "fp32_model_size_bytes", "weights_trained_by",
@@ -162,67 +166,47 @@ def variants(df: pd.DataFrame) -> None:
 
 def device_scaling(df: pd.DataFrame, figures_dir: str) -> None:
     """Data-parallel scaling, only where the study ran several process counts."""
-    table = report.scaling_table(df, "world_size")
+    table = comparisons.scaling_table(df, "world_size")
     if table.empty:
         return
     show.heading("Data-parallel scaling")
-    show.figure(plots.scaling(table, "world_size", figures_dir))
+    show.figure(charts.scaling(table, "world_size", figures_dir))
     display(Markdown(f"Speedup against one process, with {INTERVAL_NOTE}"))
     display(show.table(_scaling_shown(table)))
 
 
-REPEAT_LABELS = {"train_samples_per_s": "train (samples/s)", "latency_ms_p50": "latency p50 (ms)",
-                 "epoch_s": "epoch (s)", "infer_samples_per_s": "infer (samples/s)", "test_accuracy": "test accuracy",
-                 "peak_rss_bytes": "peak RSS"}
-
-
-def _repeat_cell(rec: pd.Series, metric: str) -> str:
-    text = fmt.percent_text if metric == "test_accuracy" else (
-        fmt.bytes_text if metric.endswith("_bytes") else fmt.significant)
-    median = rec.get(f"{metric}_median")
-    if median is None or pd.isna(median):
-        return fmt.MISSING
-    low, high = rec.get(f"{metric}_ci_low"), rec.get(f"{metric}_ci_high")
-    interval = f" [{text(low)}, {text(high)}]" if low is not None and pd.notna(low) else ""
-    return f"{text(median)}{interval}" + (" noisy" if rec.get(f"{metric}_noisy") else "")
-
-
 def repeats(df: pd.DataFrame) -> None:
     """Median over seeds with its 95% interval per configuration, only where a configuration ran several seeds."""
-    agg = report.repeat_summary(df)
+    agg = summaries.repeat_summary(df)
     if agg.empty or (agg["n"] < 2).all():
         return
     show.heading("Repeats")
     display(Markdown("Median over the seeds of each configuration, with its 95% bootstrap interval; `noisy`: the "
                      f"seeds' IQR is over {NOISY_IQR_OVER_MEDIAN:.0%} of their median."))
-    compact = agg[["model", "hardware", "variant", "batch_size", "n"]].copy()
-    for metric, label in REPEAT_LABELS.items():
-        if f"{metric}_median" in agg:
-            compact[label] = [_repeat_cell(r, metric) for _, r in agg.iterrows()]
-    display(show.table(compact, text=True))
+    display(show.table(summaries.repeat_cells(agg), text=True))
     show.collapsed_table("Every statistic over the seeds (IQR, min, max)", agg)
 
 
 def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -> None:
     """Each device's roofline with its workloads, models across devices, the batch effect, and the roof check."""
     ceilings = load_ceilings(results_dirs)
-    if not ceilings or report.ok_rows(df).empty:
+    if not ceilings or selection.ok_rows(df).empty:
         return
     show.heading("Rooflines")
     display(Markdown("Roofs measured on the machine that ran the study (a large matmul per dtype; a large copy, bytes "
                      "read + written), drawn only for the dtypes the workloads ran in; datasheet roofs thin and grey "
                      "where the device is known. Circles: training; triangles: inference."))
-    figures = (plots_roofline.device_rooflines(df, ceilings, figures_dir)
-               + plots_roofline.model_rooflines(df, ceilings, figures_dir)
-               + [plots_roofline.batch_effect(df, figures_dir)])
+    figures = (roofline_figures.device_rooflines(df, ceilings, figures_dir)
+               + roofline_figures.model_rooflines(df, ceilings, figures_dir)
+               + [roofline_figures.batch_effect(df, figures_dir)])
     show.figures(figures)
-    flagged = report.above_roof_rows(df)
+    flagged = summaries.above_roof_rows(df)
     if not flagged.empty:
         display(Markdown(f"**{len(flagged)} point(s) lie above their roof: a measurement error, not a finding.**"))
         display(show.table(_drop_empty(flagged)))
     else:
         display(Markdown("No point lies above its roof."))
-    show.collapsed_table("Where every configuration sits under its roof", _drop_empty(report.roof_table(df)))
+    show.collapsed_table("Where every configuration sits under its roof", _drop_empty(summaries.roof_table(df)))
     show.collapsed_table("Measured ceilings", pd.DataFrame([
         {"machine": c.machine, "device": c.device, "device_name": c.device_name,
          **{f"peak_{k}_flops_per_s": v for k, v in c.peak_flops_per_s.items()},
@@ -237,8 +221,8 @@ def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
     show.heading("Where the time goes")
     display(Markdown("From `torch.profiler` over a few training steps of each profiled pair: the share of the step "
                      "spent loading data, copying memory, computing, and executing on the CPU side."))
-    show.figure(plots.profile_breakdowns(found_profiles, figures_dir))
-    show.figures([plots.top_operators(p, figures_dir) for p in found_profiles])
+    show.figure(profile.profile_breakdowns(found_profiles, figures_dir))
+    show.figures([profile.top_operators(p, figures_dir) for p in found_profiles])
     notes = [f"<li><i>{html.escape(str(p['model']))} on {html.escape(str(p['hardware']))}:</i> "
              f"{html.escape(' '.join(map(str, p['notes'])))}</li>" for p in found_profiles if p.get("notes")]
     if notes:
@@ -254,7 +238,7 @@ def telemetry_timelines(good: pd.DataFrame, results_dirs: Iterable[str], figures
             path = ResultsLayout.of(d).telemetry_path(str(row["machine"]), str(row["run_id"]))
             if len(figures) >= max_timelines or not path.exists():
                 continue
-            figures.append(plots.telemetry_timeline(
+            figures.append(telemetry_timeline(
                 pd.read_csv(path), f"{row['model']} on {row['machine']}:{row['hardware']}, bs{row['batch_size']}, "
                 f"{row['variant']}", figures_dir, f"telemetry__{key_of(row)}"))
     return show.figures(figures)
@@ -262,7 +246,7 @@ def telemetry_timelines(good: pd.DataFrame, results_dirs: Iterable[str], figures
 
 def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int = 8) -> None:
     """Utilization and energy while training (sampled in the background), and timelines over time."""
-    good = report.ok_rows(df)
+    good = selection.ok_rows(df)
     if good.empty:
         return
     show.heading("Hardware while it works")
@@ -289,7 +273,7 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
 
 def failures(df: pd.DataFrame) -> None:
     """Configurations that produced no measurement, with why, only where there are some."""
-    table = report.failures_table(df, df.attrs.get("invalid_rows"))
+    table = summaries.failures_table(df, df.attrs.get("invalid_rows"))
     if table.empty:
         return
     show.heading("Failed and skipped configurations")
@@ -308,7 +292,7 @@ def _scaling_shown(table: pd.DataFrame) -> pd.DataFrame:
 
 def complexity(df: pd.DataFrame) -> None:
     """Params, MACs, FLOPs, bytes moved and intensity per model, behind a click."""
-    table = _drop_empty(report.complexity_table(df))
+    table = _drop_empty(summaries.complexity_table(df))
     if table.empty:
         return
     show.heading("Work per model")
@@ -317,19 +301,6 @@ def complexity(df: pd.DataFrame) -> None:
                      "activations (and gradients in training), so intensity grows with the batch size."))
     display(show.table(table[[c for c in COMPLEXITY_SHOWN if c in table]]))
     show.collapsed_table("Every counted figure (bytes moved, activations, uncounted operators)", table)
-
-
-def manifest_table(results_dirs: Iterable[str]) -> pd.DataFrame:
-    """One line per environment manifest the rows point to (``manifest_id``)."""
-    records = []
-    for d in results_dirs:
-        for path in ResultsLayout.of(d).manifest_files():
-            try:
-                m = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            records.append({"manifest_id": path.stem, **{k: m.get(k) for k in MANIFEST_KEYS}})
-    return pd.DataFrame(records)
 
 
 def manifests(results_dirs: Iterable[str]) -> None:
@@ -342,17 +313,17 @@ def manifests(results_dirs: Iterable[str]) -> None:
 
 def sweep(df: pd.DataFrame, figures_dir: str) -> None:
     """Largest stable and best-throughput batch per pair, sweep plots, thread and worker scaling."""
-    summary = report.sweep_summary(df)
-    figures: list[Any] = [plots.batch_sweep(df, figures_dir)]
+    summary = summaries.sweep_summary(df)
+    figures: list[Any] = [charts.batch_sweep(df, figures_dir)]
     show.heading("Batch size, threads and workers")
     if not summary.empty:
         display(show.table(_drop_empty(summary)))
     for knob in ("threads", "num_workers", "world_size"):
-        table = report.scaling_table(df, knob)
+        table = comparisons.scaling_table(df, knob)
         if not table.empty:
             show.heading(f"Scaling with {knob}", 3)
             display(Markdown(f"Speedup against the smallest {knob}, with {INTERVAL_NOTE}"))
             display(show.table(_scaling_shown(table)))
-            figures.append(plots.scaling(table, knob, figures_dir))
+            figures.append(charts.scaling(table, knob, figures_dir))
     if not sum(show.figure(fig) for fig in figures):
         display(Markdown("*Nothing was swept: give several batch sizes, or `sweep: {threads: [...]}`.*"))

@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..store.rows import flag_mask
-from . import fmt
-from .evidence import NOISE_FLAGS
-from .tables import config_key, device_label, ok_rows
+from ...store.rows import flag_mask
+from ..evidence.samples import NOISE_FLAGS
+from ..evidence.selection import config_key, device_label, ok_rows
+from ..words import fmt
 
 # shown name -> (row column, formatter); the row column is aggregated as the median over seeds
 HEADLINE: dict[str, tuple[str, Callable[[Any], str]]] = {

@@ -3,14 +3,14 @@
 ``docs/columns.md`` is this module's Markdown, committed (a test regenerates it and compares), and each
 report carries the same list as an HTML page. Regenerate the file after changing ``store/schema.py``::
 
-    python -m benchlib.report.dictionary > docs/columns.md
+    python -m benchlib.report.words.dictionary > docs/columns.md
 """
 from __future__ import annotations
 
 import html
 import sys
 
-from ..store import schema
+from ...store import schema
 
 # Each group of the schema under a heading a reader can scan, with what the group is about.
 GROUP_TITLES: dict[str, tuple[str, str]] = {
@@ -29,7 +29,7 @@ GROUP_TITLES: dict[str, tuple[str, str]] = {
     "energy": ("Energy", "device energy of the training loop and of the inference repeats"),
 }
 SOURCE = "benchlib/store/schema.py"
-REGENERATE = "python -m benchlib.report.dictionary > docs/columns.md"
+REGENERATE = "python -m benchlib.report.words.dictionary > docs/columns.md"
 
 
 def unit_text(column: schema.Column) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from . import fmt
-from .cells import numeric_columns, readable
+from ..words import fmt
+from ..words.cells import numeric_columns, readable
 
 TABLE_STYLE = [
     {"selector": "th", "props": "text-align: left; padding: 2px 8px; font-weight: 600;"},
@@ -103,7 +103,7 @@ def figures(figs: list[Any]) -> int:
 
 
 def figure(fig: Any) -> bool:
-    """Show a figure (already saved as PNG by ``plots``) and free it; False when there was none."""
+    """Show a figure (already saved as PNG by ``report.figures``) and free it; False when there was none."""
     if fig is None:
         return False
     import matplotlib.pyplot as plt

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..spec.settings import SEED_SUFFIX
-from .evidence import METRICS, SampleReader, compare_rows, run_samples
+from ...spec.settings import SEED_SUFFIX
+from .samples import METRICS, SampleReader, compare_rows, run_samples
 from .stats import CONFIDENCE, hierarchical_medians
 
 

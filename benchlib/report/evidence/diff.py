@@ -24,11 +24,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..spec.settings import DIGEST_AND_SEED
-from ..store.noise_floor import load_noise_floors
-from ..store.rows import read_results
-from . import caveats
-from .evidence import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
+from ...spec.settings import DIGEST_AND_SEED
+from ...store.noise_floor import load_noise_floors
+from ...store.rows import read_results
+from .floors import floor_sentence
+from .samples import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
 from .stats import PRACTICAL_THRESHOLD, WORSE
 
 DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50",
@@ -155,7 +155,7 @@ def floor_lines(a: Path, b: Path) -> list[str]:
         if not floors:
             lines.append(f"{side}: no noise floor measured, so comparisons of one run a side are inconclusive "
                          f"(`benchlib calibrate --results-dir {folder}` measures it, about two minutes)")
-        lines += [f"{side}: {caveats.floor_sentence(f)}" for f in floors]
+        lines += [f"{side}: {floor_sentence(f)}" for f in floors]
     return lines
 
 

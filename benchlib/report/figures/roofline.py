@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..roofline.ceilings import Ceilings
-from ..roofline.datasheet import datasheet_for
-from ..store.atomic import safe_name
-from . import fmt
-from .plots import OKABE_ITO, batch_axis, legend_outside, palette, save
-from .tables import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
+from ...roofline.ceilings import Ceilings
+from ...roofline.datasheet import datasheet_for
+from ...store.atomic import safe_name
+from ..evidence.selection import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
+from ..words import fmt
+from .style import OKABE_ITO, batch_axis, legend_outside, palette, save
 
 DTYPE_STYLES = {"fp32": "-", "tf32": (0, (5, 1)), "bf16": "--", "fp16": "-.", "int8": ":"}
 _INTENSITY_RANGE = (0.1, 2000.0)

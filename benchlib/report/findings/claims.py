@@ -1,43 +1,22 @@
-"""Key findings: what the data says, in short sentences with numbers, generated from the result rows.
-
-Pure: data frames (and saved profiles) in, sentences out. Each comparison is a ratio of medians with its
-95% interval and verdict (``evidence.compare_rows``), never a bare ratio; a question the study did not
-ask (one device, one variant, one batch size) has no section, and :attr:`Findings.not_run` names it in
-one line. Warnings (interfered, noisy, above the roof) come first: a reader must see them before a number.
+"""Claims a study's rows support, in words: which device, model, variant, batch size or thread count is
+faster and by how much, each with its interval and the evidence it rests on (runs, floor or steps). A
+claim is only made where the comparison's verdict makes it.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import fmt
-from .caveats import failures, measured_rows, not_run, warnings
-from .evidence import SampleFiles, SampleReader, compare_rows
-from .findings_work import roofline_sentences, time_sentences
-from .stats import Comparison
-from .tables import BASELINE_VARIANTS, config_key, device_label, scaling_table, variant_speedups
-
-
-@dataclass
-class Findings:
-    """Warnings first, then one titled list of sentences per question the data answers."""
-
-    warnings: list[str] = field(default_factory=list)
-    sections: list[tuple[str, list[str]]] = field(default_factory=list)
-    not_run: list[str] = field(default_factory=list)
-
-    def section(self, title: str) -> list[str]:
-        """The sentences of ``title`` (empty when the section was left out)."""
-        return next((lines for t, lines in self.sections if t == title), [])
-
-    def add(self, title: str, lines: list[str]) -> None:
-        if lines:
-            self.sections.append((title, lines))
+from ..evidence.samples import SampleFiles, SampleReader, compare_rows
+from ..evidence.selection import BASELINE_VARIANTS, config_key, device_label
+from ..evidence.stats import Comparison
+from ..tables.comparisons import scaling_table, variant_speedups
+from ..words import fmt
+from .caveats import measured_rows
 
 
 def _num(value: Any) -> float:
@@ -65,10 +44,6 @@ def _baseline(good: pd.DataFrame) -> pd.DataFrame:
         return good
     base = good[good["variant"].isin(BASELINE_VARIANTS)]
     return base if not base.empty else good
-
-
-# Which configuration is fastest, per question the study asks
-# ----------------------------------------------------------------------------------------------------------
 
 
 def _best_per(good: pd.DataFrame, key: str, metric: str = "train_samples_per_s",
@@ -321,45 +296,3 @@ def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
                           _throughput(best["train_samples_per_s"]), _throughput(base["train_samples_per_s"]))
             lines.append(text[:-1] + f"; parallel efficiency {fmt.percent_text(best['parallel_efficiency'])}.")
     return lines
-
-
-def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
-                 reader: SampleReader | None = None) -> Findings:
-    """Every finding the rows (and saved profiles) support; sections without data are left out."""
-    out = Findings(warnings=warnings(df) if not df.empty else [])
-    if df.empty:
-        out.not_run = ["no configuration was measured"]
-        return out
-    reader = reader or SampleFiles()
-    good = measured_rows(df)
-    out.add("Devices", devices(df, reader))
-    out.add("Models", models(df, reader))
-    out.add("Optimization variants", variants(df, reader))
-    out.add("Batch size", batch_sizes(df, reader))
-    out.add("Scaling", scaling(df, reader))
-    out.add("Roofline", roofline_sentences(good))
-    out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1)))
-    out.add("Failed and skipped", failures(df))
-    out.not_run = not_run(df, profiles)
-    return out
-
-
-INTERVAL_NOTE = ("Ratios: median against median with the 95% interval in brackets and, in parentheses, the evidence "
-                 "the verdict rests on: runs (two or more fresh processes a side, compared run by run), floor (one "
-                 "run a side, claimed only beyond this machine's measured run-to-run noise), steps (one process's "
-                 "steps). faster/slower when the interval excludes 1 and the change is at least 2%; same within "
-                 "noise; inconclusive where one run a side cannot tell; unknown with one sample a side.")
-
-
-def as_markdown(found: Findings) -> str:
-    """The findings as a Markdown block: warnings in bold first, then the sections, then what was not run."""
-    parts = ["## Key findings"]
-    parts += [f"> **Warning:** {w}" for w in found.warnings]
-    for title, lines in found.sections:
-        parts.append(f"**{title}**\n\n" + "\n".join(f"- {line}" for line in lines))
-    if any(title in ("Devices", "Models", "Optimization variants", "Batch size", "Scaling")
-           for title, _ in found.sections):
-        parts.append(f"*{INTERVAL_NOTE}*")
-    if found.not_run:
-        parts.append(f"*Not in this study: {', '.join(found.not_run)}.*")
-    return "\n\n".join(parts)

@@ -2,7 +2,7 @@
 
 Pure text from files already on disk: the report folders (``report.json``, the data copied under
 ``data/``, the published pages) and nothing else, so a report folder can be moved and still links.
-Numbers are formatted by :mod:`benchlib.report.fmt`.
+Numbers are formatted by :mod:`benchlib.report.words.fmt`.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from ..store.layout import ReportLayout, reports_index, reports_page
-from . import fmt
-from .headline import flags, memory_above_baseline
+from ...store.layout import ReportLayout, reports_index, reports_page
+from ..tables.headline import flags, memory_above_baseline
+from ..words import fmt
 
 SHARED_PAGES = {"columns": "Columns explained", "measurement": "How benchlib measures"}
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:72em;margin:1.5em auto;padding:0 1em;line-height:1.45}"

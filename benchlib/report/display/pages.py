@@ -16,11 +16,11 @@ from typing import Any
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from ..instruments.profiler import REGIONS, ProfileResult
-from ..nets.flops import layer_table as count_layers
-from ..nets.models import build_model
-from ..store.layout import ReportLayout
-from . import fmt
+from ...instruments.profiler import REGIONS, ProfileResult
+from ...nets.flops import layer_table as count_layers
+from ...nets.models import build_model
+from ...store.layout import ReportLayout
+from ..words import fmt
 
 BREAKDOWN_MEANINGS = {
     "data_loading": "waiting for the next batch (data_wait)",

@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..instruments.timing import NOISY_IQR_OVER_MEDIAN
-from ..store.atomic import atomic_write_bytes, safe_name
-from . import fmt
-from .headline import headline_table
-from .plots import OKABE_ITO
+from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ...store.atomic import atomic_write_bytes, safe_name
+from ..evidence.selection import ok_rows
+from ..figures.style import OKABE_ITO
+from ..tables.headline import headline_table
+from ..words import fmt
 from .show import table_html
-from .tables import ok_rows
 
 STEP_SPREAD = "train_step_spread"  # IQR over the median of the timed step times, derived for the table
 GLANCE: dict[str, tuple[str, Callable[[Any], str]]] = {

@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..store.layout import ResultsLayout
-from ..store.rows import flag_mask
-from .evidence import NOISE_FLAGS, flagged
-from .tables import config_key
+from ...store.layout import ResultsLayout
+from ...store.rows import flag_mask
+from .samples import NOISE_FLAGS, flagged
+from .selection import config_key
 
 TIMING_RULES = ("warmup_steps", "train_steps", "epochs", "max_train_batches", "infer_warmup_batches",
                 "latency_repeats", "latency_budget_s", "threads", "interference_threshold_pct")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import missing
+from ...errors import missing
 
 try:
     import optuna
@@ -16,9 +16,9 @@ try:
 except ImportError as _exc:
     raise missing("optuna", "tuning (benchlib tune, the tune notebook)") from _exc
 
-from ..store.atomic import safe_name
-from ..store.layout import ResultsLayout
-from ..store.tuning_storage import has_studies, open_storage
+from ...store.atomic import safe_name
+from ...store.layout import ResultsLayout
+from ...store.tuning_storage import has_studies, open_storage
 
 ProgressFn = Callable[[str], None]
 

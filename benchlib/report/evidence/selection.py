@@ -1,0 +1,50 @@
+"""Which rows a report reads and how it names them: the valid rows of results folders, the rows
+that measured, a configuration's key across seeds and settings digests, the device label and the baseline
+variants.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+
+from ...spec.settings import SEED_SUFFIX
+from ...store.rows import invalid_rows, read_results
+
+
+def load(results_dirs: Iterable[str]) -> pd.DataFrame:
+    """Every valid row of the given results folders, merged and de-duplicated; the invalid ones, with why,
+    in ``attrs["invalid_rows"]``."""
+    dirs = list(results_dirs)
+    df = read_results(dirs)
+    df.attrs["invalid_rows"] = invalid_rows(dirs)
+    return df
+
+
+def device_label(df: pd.DataFrame) -> pd.Series:
+    """'machine:hardware' where rows come from several machines, else the hardware name."""
+    if df["machine"].nunique() > 1:
+        return df["machine"].astype(str) + ":" + df["hardware"].astype(str)
+    return df["hardware"].astype(str)
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"].copy()
+
+
+def devices_count(df: pd.DataFrame) -> int:
+    good = ok_rows(df)
+    return 0 if good.empty else int(device_label(good).nunique())
+
+
+def ceilings_device(hardware: str) -> str:
+    """The ceilings file's device name for a row's hardware ('cuda' runs on cuda:0)."""
+    return "cuda:0" if hardware == "cuda" else hardware
+
+
+def config_key(run_id: pd.Series) -> pd.Series:
+    """A run_id without its seed: the configuration that repeats share."""
+    return run_id.astype(str).str.replace(SEED_SUFFIX, "", regex=True)
+
+
+BASELINE_VARIANTS = ("default", "cpu-default", "gpu-default")

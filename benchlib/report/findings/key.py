@@ -1,0 +1,74 @@
+"""The key findings of a study: the claims in order, the caveats before them, rendered as Markdown with the
+note on how the ratios were made.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ..evidence.samples import SampleFiles, SampleReader
+from .caveats import failures, measured_rows, not_run, warnings
+from .claims import batch_sizes, devices, models, scaling, variants
+from .work import roofline_sentences, time_sentences
+
+
+@dataclass
+class Findings:
+    """Warnings first, then one titled list of sentences per question the data answers."""
+
+    warnings: list[str] = field(default_factory=list)
+    sections: list[tuple[str, list[str]]] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+
+    def section(self, title: str) -> list[str]:
+        """The sentences of ``title`` (empty when the section was left out)."""
+        return next((lines for t, lines in self.sections if t == title), [])
+
+    def add(self, title: str, lines: list[str]) -> None:
+        if lines:
+            self.sections.append((title, lines))
+
+
+def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
+                 reader: SampleReader | None = None) -> Findings:
+    """Every finding the rows (and saved profiles) support; sections without data are left out."""
+    out = Findings(warnings=warnings(df) if not df.empty else [])
+    if df.empty:
+        out.not_run = ["no configuration was measured"]
+        return out
+    reader = reader or SampleFiles()
+    good = measured_rows(df)
+    out.add("Devices", devices(df, reader))
+    out.add("Models", models(df, reader))
+    out.add("Optimization variants", variants(df, reader))
+    out.add("Batch size", batch_sizes(df, reader))
+    out.add("Scaling", scaling(df, reader))
+    out.add("Roofline", roofline_sentences(good))
+    out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1)))
+    out.add("Failed and skipped", failures(df))
+    out.not_run = not_run(df, profiles)
+    return out
+
+
+INTERVAL_NOTE = ("Ratios: median against median with the 95% interval in brackets and, in parentheses, the evidence "
+                 "the verdict rests on: runs (two or more fresh processes a side, compared run by run), floor (one "
+                 "run a side, claimed only beyond this machine's measured run-to-run noise), steps (one process's "
+                 "steps). faster/slower when the interval excludes 1 and the change is at least 2%; same within "
+                 "noise; inconclusive where one run a side cannot tell; unknown with one sample a side.")
+
+
+def as_markdown(found: Findings) -> str:
+    """The findings as a Markdown block: warnings in bold first, then the sections, then what was not run."""
+    parts = ["## Key findings"]
+    parts += [f"> **Warning:** {w}" for w in found.warnings]
+    for title, lines in found.sections:
+        parts.append(f"**{title}**\n\n" + "\n".join(f"- {line}" for line in lines))
+    if any(title in ("Devices", "Models", "Optimization variants", "Batch size", "Scaling")
+           for title, _ in found.sections):
+        parts.append(f"*{INTERVAL_NOTE}*")
+    if found.not_run:
+        parts.append(f"*Not in this study: {', '.join(found.not_run)}.*")
+    return "\n\n".join(parts)
