@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from benchlib.instruments import drift
+from benchlib.report.findings import caveats
 
 
 def _jitter(n: int, seed: int, scale: float = 0.03) -> np.ndarray:
@@ -44,6 +45,6 @@ def test_the_test_is_seeded_and_the_warning_counts_uninterfered_rows():
     assert drift.measure(steps) == drift.measure(steps)
     rows = pd.DataFrame({"machine_drifted": [True, True, False, None], "interfered": [False, True, False, False],
                          "train_step_drift_pct": [12.0, 40.0, 1.0, None]})
-    text = drift.summarize(rows) or ""
+    text = caveats.drift_warning(rows) or ""
     assert text.startswith("1 of 4 rows") and "12%" in text and "40%" not in text
-    assert drift.summarize(rows.assign(machine_drifted=False)) is None
+    assert caveats.drift_warning(rows.assign(machine_drifted=False)) is None

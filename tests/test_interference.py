@@ -14,6 +14,7 @@ from conftest import TINY
 from benchlib.env.threads import usable_cpu_ids
 from benchlib.instruments import interference
 from benchlib.instruments.telemetry import TelemetrySampler
+from benchlib.report.findings import caveats
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig, RunSettings
 
@@ -68,10 +69,10 @@ def test_the_threshold_is_the_settings():
 def test_the_end_of_run_warning_counts_rows_and_names_the_figure():
     rows = pd.DataFrame({"interfered": [True, False, True, None], "interference_cpu_pct": [60.0, 1.0, 35.0, None],
                          "steal_pct": [0.5, 0.1, 0.2, None], "interference_threshold_pct": [10.0] * 4})
-    assert interference.summarize(rows) == (
+    assert caveats.interference_warning(rows) == (
         "2 of 4 rows were measured while other processes used up to 60% of the CPUs: their numbers are not "
         "trustworthy (column interfered; rerun them on a quiet machine)")
-    assert interference.summarize(rows.assign(interfered=False)) is None
+    assert caveats.interference_warning(rows.assign(interfered=False)) is None
 
 
 def _row() -> dict:

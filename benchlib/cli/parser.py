@@ -94,6 +94,8 @@ def _add_slurm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", default="slurm", help="where the .sbatch scripts and the tasks' logs go")
 
 
+# The commands' option declarations look alike line by line (argparse's shape), not by logic: each option
+# belongs to its command; what several commands share is in the _add_*_args helpers above.
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help,
                                      parents=[VERBOSITY])

@@ -19,16 +19,12 @@ clock and no file.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from scipy import stats
-
-from ..store.rows import flag_mask
 
 MIN_STEPS = 10  # under this, an autocorrelation says nothing
 BLOCKS = 5
@@ -94,20 +90,3 @@ def measure(step_s: Sequence[float], *, threshold_pct: float = DRIFT_THRESHOLD_P
                                   n_resamples=RESAMPLES, batch=PERMUTATIONS_PER_BATCH, alternative="greater",
                                   rng=np.random.default_rng(seed))
     return Drift(drift_pct, float(test.statistic), float(test.pvalue), n, threshold_pct)
-
-
-def summarize(rows: pd.DataFrame) -> str | None:
-    """The end-of-run warning over a results table ("2 of 8 rows ran while ..."); None if no row drifted."""
-    if "machine_drifted" not in rows or rows.empty:
-        return None
-    flag = flag_mask(rows["machine_drifted"])
-    if "interfered" in rows:  # other processes explain those rows' drift, and their own warning says so
-        flag &= ~flag_mask(rows["interfered"])
-    drifted = rows[flag]
-    if drifted.empty:
-        return None
-    pct = pd.to_numeric(drifted.get("train_step_drift_pct"), errors="coerce").max()
-    size = f"by up to {pct:.0f}% " if isinstance(pct, float) and math.isfinite(pct) else ""
-    return (f"{len(drifted)} of {len(rows)} rows ran while the machine's own speed changed (identical steps "
-            f"drifted {size}with no other process to blame): expect run-to-run spread of that order here, and "
-            "compare repeats (seeds), not single runs (column machine_drifted)")

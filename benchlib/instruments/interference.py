@@ -23,7 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from ..store.rows import flag_mask
 from ..store.schema import finite_float
 
 DEFAULT_THRESHOLD_PCT = 10.0  # of the cores the run may use; the sampler and kernel stay well under it
@@ -111,36 +110,3 @@ def measure(frame: pd.DataFrame, usable: Sequence[int], *, threshold_pct: float 
         # this process holds one context on each of the run's GPUs: the rest are others'
         gpu_other_processes_max=max(0, max(held) - 1) if held else None,
     )
-
-
-def summarize(rows: pd.DataFrame) -> str | None:
-    """The end-of-run warning over a results table ("3 of 8 rows were measured while ..."); None if clean."""
-    if "interfered" not in rows or rows.empty:
-        return None
-    flagged = rows[flag_mask(rows["interfered"])]
-    if flagged.empty:
-        return None
-    cpu, steal = (_column_max(flagged, c) for c in ("interference_cpu_pct", "steal_pct"))
-    what = []
-    if cpu is not None and cpu > flagged_threshold(flagged):
-        what.append(f"other processes used up to {cpu:.0f}% of the CPUs")
-    if steal is not None and steal > flagged_threshold(flagged):
-        what.append(f"the hypervisor stole up to {steal:.0f}%")
-    if not what:
-        what.append("other processes held the GPU")
-    return (f"{len(flagged)} of {len(rows)} rows were measured while {' and '.join(what)}: "
-            "their numbers are not trustworthy (column interfered; rerun them on a quiet machine)")
-
-
-def _column_max(rows: pd.DataFrame, column: str) -> float | None:
-    if column not in rows:
-        return None
-    return finite_float(pd.to_numeric(rows[column], errors="coerce").max())
-
-
-def flagged_threshold(rows: pd.DataFrame) -> float:
-    """The smallest threshold the rows were judged by (the default where the rows do not say)."""
-    if "interference_threshold_pct" not in rows:
-        return DEFAULT_THRESHOLD_PCT
-    low = finite_float(pd.to_numeric(rows["interference_threshold_pct"], errors="coerce").min())
-    return DEFAULT_THRESHOLD_PCT if low is None else low

@@ -23,8 +23,8 @@ from .. import log as messages
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..errors import CalibrationFailed, ConfigError, DiskFull
-from ..instruments import drift, interference
 from ..report.evidence.rules import run_rules, superseded_rows
+from ..report.findings import caveats
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..run.outcome import error_text
 from ..run.record import record_pair_failure, refresh_roofs, set_aside_stale_rows
@@ -188,7 +188,7 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
         summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
                   cell_timeout_s=cell_timeout_s, description=cfg.description)
     measured = mine[mine["status"] == "ok"]
-    for warning in (interference.summarize(measured), drift.summarize(measured)):
+    for warning in (caveats.interference_warning(measured), caveats.drift_warning(measured)):
         if warning:
             messages.warning(warning)
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "

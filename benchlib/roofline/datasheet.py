@@ -16,6 +16,7 @@ from ..env.gpu import is_mig_name
 TERA = 1e12
 GIGA = 1e9
 
+# Data, one entry per part: the entries look alike on purpose (the same four figures and a source each).
 DATASHEET: dict[str, dict[str, Any]] = {
     "NVIDIA T4": {
         "peak_flops_per_s": {"fp32": 8.1 * TERA, "fp16": 65 * TERA},

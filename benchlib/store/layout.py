@@ -60,6 +60,7 @@ def tuned_params_dir(results_root: Path = DEFAULT_RESULTS_ROOT) -> Path:
     return Path(results_root) / TUNED_DIR_NAME
 
 
+# Both layouts are rows of small properties that look alike by shape: each names one path, in one place.
 @dataclass(frozen=True)
 class ResultsLayout:
     """Every path under one study's results folder."""

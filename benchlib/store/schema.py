@@ -56,6 +56,7 @@ def _group(*columns: tuple[str, str, str]) -> tuple[Column, ...]:
     return tuple(Column(*c) for c in columns)
 
 
+# The column groups below are data: (name, unit, meaning) triples that look alike by design.
 IDENTITY = _group(
     ("study", "", "name of the study the row belongs to"),
     ("run_id", "", "the configuration: hardware, model, batch, variant, precision, swept settings, a digest of "

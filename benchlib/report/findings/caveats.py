@@ -3,21 +3,21 @@ with their reason, what was not run, and how precise the accuracy is.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ...instruments import drift, interference
+from ...instruments.interference import DEFAULT_THRESHOLD_PCT
 from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
 from ...store.rows import flag_mask
+from ...store.schema import finite_float
 from ..evidence.samples import NOISE_FLAGS
 from ..evidence.selection import config_key, device_label, ok_rows
 
 MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
-
-
 MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
 
 
@@ -36,16 +36,66 @@ def _named(rows: pd.DataFrame) -> str:
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
+def interference_warning(rows: pd.DataFrame) -> str | None:
+    """The end-of-run warning over a results table ("3 of 8 rows were measured while ..."); None if clean."""
+    if "interfered" not in rows or rows.empty:
+        return None
+    flagged = rows[flag_mask(rows["interfered"])]
+    if flagged.empty:
+        return None
+    cpu, steal = (_column_max(flagged, c) for c in ("interference_cpu_pct", "steal_pct"))
+    what = []
+    if cpu is not None and cpu > _flagged_threshold(flagged):
+        what.append(f"other processes used up to {cpu:.0f}% of the CPUs")
+    if steal is not None and steal > _flagged_threshold(flagged):
+        what.append(f"the hypervisor stole up to {steal:.0f}%")
+    if not what:
+        what.append("other processes held the GPU")
+    return (f"{len(flagged)} of {len(rows)} rows were measured while {' and '.join(what)}: "
+            "their numbers are not trustworthy (column interfered; rerun them on a quiet machine)")
+
+
+def _column_max(rows: pd.DataFrame, column: str) -> float | None:
+    if column not in rows:
+        return None
+    return finite_float(pd.to_numeric(rows[column], errors="coerce").max())
+
+
+def _flagged_threshold(rows: pd.DataFrame) -> float:
+    """The smallest threshold the rows were judged by (the default where the rows do not say)."""
+    if "interference_threshold_pct" not in rows:
+        return DEFAULT_THRESHOLD_PCT
+    low = finite_float(pd.to_numeric(rows["interference_threshold_pct"], errors="coerce").min())
+    return DEFAULT_THRESHOLD_PCT if low is None else low
+
+
+def drift_warning(rows: pd.DataFrame) -> str | None:
+    """The end-of-run warning over a results table ("2 of 8 rows ran while ..."); None if no row drifted."""
+    if "machine_drifted" not in rows or rows.empty:
+        return None
+    flag = flag_mask(rows["machine_drifted"])
+    if "interfered" in rows:  # other processes explain those rows' drift, and their own warning says so
+        flag &= ~flag_mask(rows["interfered"])
+    drifted = rows[flag]
+    if drifted.empty:
+        return None
+    pct = pd.to_numeric(drifted.get("train_step_drift_pct"), errors="coerce").max()
+    size = f"by up to {pct:.0f}% " if isinstance(pct, float) and math.isfinite(pct) else ""
+    return (f"{len(drifted)} of {len(rows)} rows ran while the machine's own speed changed (identical steps "
+            f"drifted {size}with no other process to blame): expect run-to-run spread of that order here, and "
+            "compare repeats (seeds), not single runs (column machine_drifted)")
+
+
 def warnings(df: pd.DataFrame) -> list[str]:
     """Rows whose figures should not be trusted: interfered, drifting machine, noisy, above their roof."""
     good = measured_rows(df)
     if good.empty:
         return []
     out = []
-    interfered = interference.summarize(good)
+    interfered = interference_warning(good)
     if interfered:
         out.append(interfered[0].upper() + interfered[1:] + ".")
-    drifted = drift.summarize(good)
+    drifted = drift_warning(good)
     if drifted:
         out.append(drifted[0].upper() + drifted[1:] + ".")
     noisy_mask = np.zeros(len(good), dtype=bool)

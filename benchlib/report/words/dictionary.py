@@ -12,7 +12,8 @@ import sys
 
 from ...store import schema
 
-# Each group of the schema under a heading a reader can scan, with what the group is about.
+# Each group of the schema under a heading a reader can scan, with what the group is about (data: the
+# entries look alike by design).
 GROUP_TITLES: dict[str, tuple[str, str]] = {
     "identity": ("Identity and outcome", "which configuration a row is, where and when it ran, and how it ended"),
     "settings": ("Settings", "run settings and variant knobs that shape the computation"),
