@@ -22,6 +22,7 @@ LEVEL_ENV = "BENCHLIB_LOG_LEVEL"
 PROGRESS_FILE_ENV = "BENCHLIB_PROGRESS_FILE"
 PROGRESS_OWNER_ENV = "BENCHLIB_PROGRESS_OWNER"  # the pid that relays the file: it never writes to it itself
 PREFIX = "[benchlib] "
+PLAIN_HEARTBEAT_S = 60.0  # a log file (no terminal) gains a "still running" line this often at most
 
 logger = logging.getLogger(LOGGER_NAME)
 

@@ -99,25 +99,26 @@ def test_run_says_each_phase_and_where_it_wrote_the_row(capsys, tmp_path):
     assert not any(re.search(r"\d\.\d{4,}|e[+-]\d|None|nan", v) for v in shown.values()), shown
 
 
-def test_progress_rewrites_one_status_line_on_a_terminal_and_writes_plain_lines_elsewhere():
-    import io
+def test_progress_rewrites_one_status_line_on_a_terminal_and_writes_plain_lines_elsewhere(capsys):
+    import sys
 
     from benchlib.cli.progress import Progress
 
-    term = io.StringIO()
-    p = Progress(term, terminal=True)
+    p = Progress(sys.stderr, terminal=True)
     p.heartbeat("epoch 1/2 step 3/10")
     p.heartbeat("epoch 1/2 step 4/10")
-    p.line("epoch 1/2 done")
+    p.line("epoch 1/2 done")  # through benchlib's logger, after the status line is cleared
     p.close()
-    assert term.getvalue() == ("\r\033[K[benchlib] epoch 1/2 step 3/10\r\033[K[benchlib] epoch 1/2 step 4/10"
-                               "\r\033[K[benchlib] epoch 1/2 done\n")
-    log = io.StringIO()
-    p = Progress(log, terminal=False)
+    assert capsys.readouterr().err == ("\r\033[K[benchlib] epoch 1/2 step 3/10\r\033[K[benchlib] epoch 1/2 step 4/10"
+                                       "\r\033[K[benchlib] epoch 1/2 done\n")
+    p = Progress(sys.stderr, terminal=False)
     for step in range(5):
         p.heartbeat(f"step {step}")
     p.line("done")
-    assert log.getvalue() == "[benchlib] step 0\n[benchlib] done\n", "a log gets a heartbeat every 30 s at most"
+    assert capsys.readouterr().err == "[benchlib] step 0\n[benchlib] done\n", "a log gets a heartbeat a minute at most"
+    p = Progress(sys.stderr, terminal=False, shown=False)  # -q
+    p.heartbeat("step 9")
+    assert capsys.readouterr().err == ""
 
 
 def test_profile_prints_its_tables_in_human_units(capsys, tmp_path):

@@ -1,7 +1,10 @@
 """Progress of a command on stderr: a line per phase, and on a terminal a status line that rewrites itself.
 
 stdout stays for what a command prints as its result (``--json`` above all). Without a terminal (a log
-file, CI) every line is a plain line and the step heartbeat is kept to one line every ``PLAIN_HEARTBEAT_S``.
+file, CI) every line is a plain line and the step heartbeat is kept to one line every ``PLAIN_HEARTBEAT_S``
+(the rate every plain progress log of benchlib keeps). Lines go through benchlib's logger like every other
+message; only the status line, redrawn in place, is written to the terminal directly (a log record cannot
+rewrite itself).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import TextIO
 
 from .. import log as messages
 
-PLAIN_HEARTBEAT_S = 30.0
+PLAIN_HEARTBEAT_S = messages.PLAIN_HEARTBEAT_S
 PREFIX = messages.PREFIX
 
 
@@ -34,8 +37,8 @@ class Progress:
         if not self.shown:
             return
         self._clear_status()
-        self.stream.write(f"{PREFIX}{msg}\n")
         self.stream.flush()
+        messages.info(msg)
 
     def heartbeat(self, msg: str) -> None:
         if not self.shown:

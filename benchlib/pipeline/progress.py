@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import log as messages
 
-HEARTBEAT_S = 60.0  # a modest rate: a long task's log gains a line a minute, not one per cell
+HEARTBEAT_S = messages.PLAIN_HEARTBEAT_S  # a long task's log gains a line a minute, not one per cell
 
 
 def log(msg: str) -> None:
