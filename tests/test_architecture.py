@@ -197,6 +197,24 @@ def test_backward_is_called_in_exactly_one_place_outside_flop_counting():
     assert len(calls) == 1 and calls[0].startswith("benchlib.engine.step:"), calls
 
 
+def test_docs_architecture_names_every_module_under_its_package():
+    """docs/architecture.md lists every module under its package's heading, and no module that is gone."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    listed: set[str] = set()
+    package = None
+    for line in text.splitlines():
+        if m := re.match(r"### `([\w/]+)/`", line):
+            package = "" if m.group(1) == "benchlib" else m.group(1)
+        elif package is not None and (m := re.match(r"- `(\w+\.py)`: \S", line)):
+            listed.add(f"{package}/{m.group(1)}".lstrip("/"))
+        elif line.startswith("## "):
+            package = None
+    actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+              if p.name != "__init__.py" or p.parent == PACKAGE}
+    assert not actual - listed, f"modules docs/architecture.md does not name: {sorted(actual - listed)}"
+    assert not listed - actual, f"docs/architecture.md names modules that are gone: {sorted(listed - actual)}"
+
+
 def test_modules_stay_small():
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
