@@ -40,6 +40,37 @@ def _ceilings_once_per_session(request, monkeypatch):
     monkeypatch.setattr(cache, "measure_watched", once(cache.measure_watched))
 
 
+TINY_STUDY = {"study": "tiny", "description": "two tiny pairs, two batch sizes, profiled", "hardware": ["cpu"],
+              "models": ["squeezenet1_1", "resnet18"], "batch_sizes": [8, 16], "dataset": "digits", "image_size": 32,
+              "train_subset": 64, "test_subset": 32, "train_steps": 2, "warmup_steps": 1, "latency_repeats": 3,
+              "infer_warmup_batches": 1, "profile": True, "calibrate": False}
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(tmp_path_factory):
+    """The quickstart notebook as a new user runs it (fewer steps): a user's model measured, two variants
+    judged, then the tiny study above through papermill and published. Run once per session: the notebook
+    test checks the notebook and the study, the browser test opens the same published pages."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import yaml
+
+    from benchlib.pipeline import publish
+
+    root = tmp_path_factory.mktemp("quickstart")
+    repo = Path(__file__).resolve().parents[1]
+    params = root / "tiny.yaml"
+    params.write_text(yaml.safe_dump(TINY_STUDY))
+    run = SimpleNamespace(notebook=root / "quickstart.ipynb", mine=root / "mine", results=root / "results",
+                          reports=root / "reports")
+    publish.execute(repo / "notebooks" / "quickstart.ipynb", run.notebook,
+                    {"steps": 3, "results_dir": str(run.mine), "study_params": str(params),
+                     "results_root": str(run.results), "reports_root": str(run.reports)},
+                    cwd=repo, cell_timeout_s=600, progress=False)
+    return run
+
+
 @pytest.fixture
 def tiny_settings():
     from benchlib.spec.settings import RunSettings
@@ -61,7 +92,7 @@ def pytest_collection_modifyitems(config, items):
     present = {"gpu": torch.cuda.is_available(), "mps": bool(mps and mps.is_available())}
     reasons = {"gpu": "needs a CUDA GPU", "mps": "needs an Apple MPS device"}
     for item in items:
-        slow_fixtures = SLOW_FIXTURES.get(item.path.name, set())
+        slow_fixtures = SLOW_FIXTURES.get(item.path.name, set()) | {"quickstart_run"}
         if any(m in item.keywords for m in SLOW_MARKERS) or slow_fixtures & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         for marker, here in present.items():

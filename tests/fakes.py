@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 import pynvml
 import torch
@@ -85,25 +87,86 @@ def fake_cuda(monkeypatch, *gpus: FakeGpu, arch_list: list[str] | None = None, c
 
 
 class FakeNvml:
-    """Three GPUs whose NVML order differs from CUDA's; each reports its UUID, an energy counter and a power
-    draw (100 W)."""
+    """NVML answering for ``count`` GPUs, each figure a function of the GPU's NVML index.
+
+    The default: three GPUs whose NVML order differs from CUDA's (their UUIDs), each with an energy counter
+    and a 100 W draw, all visible. ``two_boards()``: the telemetry test's two GPUs with figures that differ per
+    board, the second without a power reading (NotSupported, like some boards and vGPUs). A figure function
+    returning None answers NotSupported. ``calls`` counts init, shutdown and the per-GPU utilization and power
+    queries.
+    """
 
     uuids = {0: "GPU-CCC", 1: "GPU-aaa", 2: "GPU-bbb"}
 
+    def __init__(self, count: int = 3, *, util: Callable[[int], tuple[int, int]] = lambda i: (50, 10),
+                 memory_used_bytes: Callable[[int], int] = lambda i: 1, memory_total_bytes: int = 16 * 2**30,
+                 power_mw: Callable[[int], int | None] = lambda i: 100_000,
+                 temperature_c: Callable[[int], int] = lambda i: 40,
+                 sm_clock_mhz: Callable[[int], int] = lambda i: 1000,
+                 energy_mj: Callable[[int], int] = lambda i: 1000 * (i + 1), energy_step_mj: int = 0,
+                 visible: str | None = "0,1,2") -> None:
+        self.count, self.visible = count, visible
+        self.util, self.memory_used_bytes, self.memory_total_bytes = util, memory_used_bytes, memory_total_bytes
+        self.power_mw, self.temperature_c, self.sm_clock_mhz = power_mw, temperature_c, sm_clock_mhz
+        self.energy_mj = {i: energy_mj(i) for i in range(count)}
+        self.energy_step_mj = energy_step_mj  # added at every read: a counter that moves
+        self.calls: dict[str, int] = {}
+
+    @classmethod
+    def two_boards(cls) -> FakeNvml:
+        return cls(2, util=lambda i: (40 + 20 * i, 10 + i), memory_used_bytes=lambda i: (i + 1) * 2**30,
+                   power_mw=lambda i: None if i == 1 else 150_000, temperature_c=lambda i: 60 + i,
+                   sm_clock_mhz=lambda i: 1400, energy_mj=lambda i: 1_000_000 * (i + 1), energy_step_mj=15_000,
+                   visible=None)
+
+    def _n(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    @staticmethod
+    def _supported(value: Any) -> Any:
+        if value is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
     def install(self, monkeypatch) -> FakeNvml:
-        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 3)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: SimpleNamespace(index=i))
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: self.uuids[h.index])
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", lambda h: 1000 * (h.index + 1))
-        rates = SimpleNamespace(gpu=50, memory=10)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", lambda h: rates)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(used=1))
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetPowerUsage", lambda h: 100_000)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetTemperature", lambda h, sensor: 40)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetClockInfo", lambda h, clock: 1000)
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+        def energy(h: SimpleNamespace) -> int:
+            self.energy_mj[h.index] += self.energy_step_mj
+            return self.energy_mj[h.index]
+
+        def util(h: SimpleNamespace) -> SimpleNamespace:
+            self._n(f"util{h.index}")
+            gpu, memory = self.util(h.index)
+            return SimpleNamespace(gpu=gpu, memory=memory)
+
+        def power(h: SimpleNamespace) -> int:
+            self._n(f"power{h.index}")
+            return self._supported(self.power_mw(h.index))
+
+        def temperature(h: SimpleNamespace, sensor: int) -> int:
+            assert sensor == pynvml.NVML_TEMPERATURE_GPU
+            return self.temperature_c(h.index)
+
+        def clock(h: SimpleNamespace, which: int) -> int:
+            assert which == pynvml.NVML_CLOCK_SM
+            return self.sm_clock_mhz(h.index)
+
+        answers = {
+            "nvmlInit": lambda: self._n("init"), "nvmlShutdown": lambda: self._n("shutdown"),
+            "nvmlDeviceGetCount": lambda: self.count,
+            "nvmlDeviceGetHandleByIndex": lambda i: SimpleNamespace(index=i),
+            "nvmlDeviceGetUUID": lambda h: self.uuids[h.index],
+            "nvmlDeviceGetTotalEnergyConsumption": energy, "nvmlDeviceGetUtilizationRates": util,
+            "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(total=self.memory_total_bytes,
+                                                                 used=self.memory_used_bytes(h.index), free=0),
+            "nvmlDeviceGetPowerUsage": power, "nvmlDeviceGetTemperature": temperature,
+            "nvmlDeviceGetClockInfo": clock,
+        }
+        for name, answer in answers.items():
+            monkeypatch.setattr(pynvml, name, answer)
+        if self.visible is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", self.visible)
         return self
 
     def with_mig(self, monkeypatch, gpu: int, slices: list[str]) -> FakeNvml:
@@ -159,7 +222,8 @@ class FakeProcessGroup:
 
     ``calls`` records what was asked of the group (init's arguments, the collectives) so a test sees what a
     real NCCL or gloo group would have been asked; collectives return this rank's own values, as a group
-    whose other ranks agree would.
+    whose other ranks agree would, or, with ``peer_offset``, the other ranks' tensors off by that much (ranks
+    that disagree).
     """
 
     rank: int = 0
@@ -169,6 +233,7 @@ class FakeProcessGroup:
     store: FakeStore = field(default_factory=FakeStore)
     calls: list[tuple[str, dict]] = field(default_factory=list)
     initialized: bool = False
+    peer_offset: float = 0.0
 
     def install(self, monkeypatch) -> FakeProcessGroup:
         local = self.rank if self.local_rank is None else self.local_rank
@@ -188,8 +253,8 @@ class FakeProcessGroup:
 
         def all_gather(out, tensor, **kwargs):
             self.calls.append(("all_gather", kwargs))
-            for t in out:
-                t.copy_(tensor)
+            for i, t in enumerate(out):
+                t.copy_(tensor if i == self.rank else tensor + self.peer_offset)
 
         def all_gather_object(out, obj, **kwargs):
             self.calls.append(("all_gather_object", kwargs))

@@ -121,11 +121,14 @@ def test_more_processes_than_gpus_is_refused_before_launch(monkeypatch, capsys):
 
 def test_an_unsupported_gpu_refuses_a_run_before_any_work(monkeypatch, capsys, tmp_path):
     fake_cuda(monkeypatch, V100)
+    touched: list[str] = []  # what would start work on the GPU: none of it may run before the refusal
+    for name in ("set_device", "synchronize", "empty_cache", "reset_peak_memory_stats"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name, **k: touched.append(_n))
     code = main(["run", "--model", "resnet18", "--device", "cuda", "--results-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "no kernels for sm_70" in err and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir()), "nothing written"
-    assert torch.cuda.device_count() == 1
+    assert touched == [], touched
 
 
 def test_the_tf32_column_says_what_the_rows_own_gpu_did(monkeypatch):

@@ -7,7 +7,6 @@ from pathlib import Path
 import nbformat
 import papermill
 import pytest
-import yaml
 
 from benchlib.spec.settings import setting_defaults
 from benchlib.store.rows import read_results
@@ -56,16 +55,6 @@ def test_notebook_cells_stay_thin():
                 assert not any(ln.lstrip().startswith(("def ", "class ", "for ", "while ")) for ln in lines)
 
 
-def _tiny_study(tmp_path: Path) -> Path:
-    params = tmp_path / "tiny.yaml"
-    params.write_text(yaml.safe_dump({
-        "study": "tiny", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"], "batch_sizes": [8, 16],
-        "dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
-        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1, "profile": True, "calibrate": False,
-    }))
-    return params
-
-
 def _check_tiny_study(results: Path, reports: Path) -> None:
     """What a tiny study (two pairs, two batch sizes, profiles) run through papermill leaves behind."""
     df = read_results([results / "tiny"])
@@ -107,28 +96,20 @@ def _check_tiny_study(results: Path, reports: Path) -> None:
 
 
 @pytest.mark.notebook
-def test_the_quickstart_runs_a_users_model_then_a_small_study(tmp_path):
+def test_the_quickstart_runs_a_users_model_then_a_small_study(quickstart_run):
     """The quickstart as a new user runs it (fewer steps, a tiny study): a user's module measured and shown at a
-    glance, two variants judged, a study through papermill published (checked in full: one study serves both)."""
-    from benchlib.pipeline import publish
-
-    repo = NOTEBOOKS.parent
-    out = tmp_path / "quickstart.ipynb"
-    results, reports = tmp_path / "results", tmp_path / "reports"
-    publish.execute(NOTEBOOKS / "quickstart.ipynb", out,
-                    {"steps": 3, "results_dir": str(tmp_path / "mine"), "study_params": str(_tiny_study(tmp_path)),
-                     "results_root": str(results), "reports_root": str(reports)},
-                    cwd=repo, cell_timeout_s=600, progress=False)
-    nb = nbformat.read(str(out), as_version=4)
+    glance, two variants judged, a study through papermill published (checked in full: one study serves both,
+    and the browser test opens its pages)."""
+    nb = nbformat.read(str(quickstart_run.notebook), as_version=4)
     shown = "\n".join(o.get("data", {}).get("text/html", "") for c in nb.cells if c.cell_type == "code"
                       for o in c.outputs)
     assert "<b>my_net</b> on <b>cpu</b>" in shown and "share of roof (train)" in shown, "the glance"
-    mine = read_results([tmp_path / "mine"])
+    mine = read_results([quickstart_run.mine])
     assert set(mine["variant"]) >= {"cpu-default", "channels-last"} and (mine["status"] == "ok").all()
     assert (mine["flops_per_sample"] > 0).all()
     assert "StudyOutcome(pairs_run=2, pairs_skipped=0, pairs_failed=0, configs_failed=0" in "\n".join(
         o.get("data", {}).get("text/plain", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    _check_tiny_study(results, reports)  # the study part: a tiny study through papermill, checked in full
+    _check_tiny_study(quickstart_run.results, quickstart_run.reports)  # the study part, checked in full
 
 
 # ---------------------------------------------------------------- the Kaggle / Colab install cell

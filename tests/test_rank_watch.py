@@ -117,9 +117,15 @@ def test_cpu_ranks_use_gloo_and_a_fixed_gpu_index_is_refused(monkeypatch):
 
 
 def test_weights_in_sync_and_peers_through_the_group(monkeypatch):
-    FakeProcessGroup(rank=0, world_size=2, local_world_size=2).install(monkeypatch)
+    group = FakeProcessGroup(rank=0, world_size=2, local_world_size=2).install(monkeypatch)
     info = distributed.DistInfo(0, 0, 2, "gloo")
-    assert distributed.weights_in_sync(torch.nn.Linear(2, 2), info) is True
+    model = torch.nn.Linear(2, 2)
+    assert distributed.weights_in_sync(model, info) is True
+    group.peer_offset = 1e-3  # the other rank's weights sum to something else: out of sync
+    assert distributed.weights_in_sync(model, info) is False
+    group.peer_offset = 1e-9  # rounding between ranks' reductions is not a disagreement
+    assert distributed.weights_in_sync(model, info) is True
+    assert distributed.weights_in_sync(model, None) is None, "one process: nothing to compare"
     assert distributed.local_peer_pids(info) == [], "the fake's other rank is this very process"
 
 

@@ -5,13 +5,13 @@ import io
 import os
 import time
 from collections import namedtuple
-from types import SimpleNamespace
 
 import pandas as pd
 import psutil
 import pynvml
 import pytest
 import torch
+from fakes import FakeNvml
 
 from benchlib.instruments import cpu as tm_cpu
 from benchlib.instruments import nvml as tm_nvml
@@ -44,63 +44,6 @@ def no_nvml(monkeypatch):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
 
     monkeypatch.setattr(pynvml, "nvmlInit", fail)
-
-
-class FakeNvml:
-    """Two fake GPUs; GPU 1 has no power reading (NotSupported), like some boards and vGPUs."""
-
-    def __init__(self, count: int = 2):
-        self.count = count
-        self.calls: dict[str, int] = {}
-        self.energy_mj = {0: 1_000_000, 1: 2_000_000}
-
-    def _n(self, name: str) -> None:
-        self.calls[name] = self.calls.get(name, 0) + 1
-
-    def install(self, monkeypatch) -> FakeNvml:
-        for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
-                     "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
-                     "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo", "nvmlDeviceGetTotalEnergyConsumption"):
-            monkeypatch.setattr(pynvml, name, getattr(self, name))
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        return self
-
-    def nvmlInit(self):
-        self._n("init")
-
-    def nvmlShutdown(self):
-        self._n("shutdown")
-
-    def nvmlDeviceGetCount(self):
-        return self.count
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return SimpleNamespace(index=i)
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        self._n(f"util{h.index}")
-        return SimpleNamespace(gpu=40 + 20 * h.index, memory=10 + h.index)
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(total=16 * 2**30, used=(h.index + 1) * 2**30, free=0)
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        self._n(f"power{h.index}")
-        if h.index == 1:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return 150_000  # mW
-
-    def nvmlDeviceGetTemperature(self, h, sensor):
-        assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        return 60 + h.index
-
-    def nvmlDeviceGetClockInfo(self, h, clock):
-        assert clock == pynvml.NVML_CLOCK_SM
-        return 1400
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h):
-        self.energy_mj[h.index] += 15_000
-        return self.energy_mj[h.index]
 
 
 # ---------------------------------------------------------------- sampling
@@ -187,7 +130,7 @@ def test_gpus_off_gives_a_reason():
 
 
 def test_fake_nvml_two_gpus_one_without_power(monkeypatch):
-    fake = FakeNvml().install(monkeypatch)
+    fake = FakeNvml.two_boards().install(monkeypatch)
     tel = sample(0.5)
     f = tel.frame
     for i in (0, 1):
@@ -213,21 +156,21 @@ def test_fake_nvml_two_gpus_one_without_power(monkeypatch):
 
 
 def test_fake_nvml_power_is_summed_over_gpus(monkeypatch):
-    fake = FakeNvml().install(monkeypatch)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetPowerUsage", lambda h: 100_000 + 50_000 * h.index)
-    assert fake.count == 2
+    fake = FakeNvml.two_boards()
+    fake.power_mw = lambda i: 100_000 + 50_000 * i  # both boards report: 100 W and 150 W
+    fake.install(monkeypatch)
     assert sample(0.3).summary()["gpu_power_w_mean"] == pytest.approx(250.0)
 
 
 def test_cuda_visible_devices_selects_nvml_indices(monkeypatch):
-    FakeNvml().install(monkeypatch)
+    FakeNvml.two_boards().install(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     cols = [c for c in sample(0.2).frame if c.startswith("gpu")]
     assert cols and all(c.startswith("gpu1_") for c in cols)
 
 
 def test_explicit_gpu_indices_and_bad_index(monkeypatch):
-    FakeNvml().install(monkeypatch)
+    FakeNvml.two_boards().install(monkeypatch)
     tel = sample(0.2, gpu_indices=[0, 5])
     cols = [c for c in tel.frame if c.startswith("gpu")]
     assert cols and {c.split("_")[0] for c in cols} == {"gpu0"}, "GPU 0 sampled, the bad index left out"
