@@ -24,6 +24,14 @@ def test_tune_command_runs_the_notebook_and_exports(tmp_path):
     code = main(["tune", str(params), "--results-root", str(tmp_path / "r"), "--reports-root", str(tmp_path / "rep")])
     assert code == 0
     exported = yaml.safe_load((tmp_path / "r" / "tn" / "tuning" / "cpu-tuned.yaml").read_text())
+    import optuna
+
+    from benchlib.store.layout import ResultsLayout
+
+    storage = f"sqlite:///{ResultsLayout.of(tmp_path / 'r' / 'tn').tuning_sqlite}"
+    (name,) = optuna.study.get_all_study_names(storage)
+    best = optuna.load_study(study_name=name, storage=storage).best_trial.params
+    assert {k: exported[k] for k in best} == best, "the export is the best trial's parameters"
     assert exported["batch_size"] in (8, 16) and 0.001 <= exported["lr"] <= 0.1
     html = (tmp_path / "rep" / "tn" / "tune" / "cpu__squeezenet1_1.html").read_text()
     assert "test_accuracy_vs_default" in html, "the best trial is shown against the default trial"
