@@ -69,28 +69,50 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
 
 
 @pytest.mark.notebook
-def test_raising_and_dying_notebooks_become_failure_rows(tmp_path, monkeypatch):
-    params = _study(tmp_path, models=["squeezenet1_1", "resnet18"], batch_sizes=[4])
-    env = {**os.environ, "BENCHLIB_FAULT": "exit@resnet18"}
+def test_raising_and_dying_notebooks_become_failure_rows(tmp_path):
+    """One study, two faults: a configuration whose cell raises (its pair's other configuration stands) and a
+    kernel that dies (every configuration of its pair fails); the study goes on and its summary says so."""
+    params = _study(tmp_path, models=["resnet18", "squeezenet1_1"], batch_sizes=[4, 8])
+    env = {**os.environ, "BENCHLIB_FAULT": "exit@resnet18,raise@squeezenet1_1__bs8"}
     proc = subprocess.run(_cli(tmp_path, params), capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 1, "a failed pair makes the study exit non-zero"
-    df = read_results([tmp_path / "results" / "s"]).set_index("model")
-    assert df.loc["squeezenet1_1", "status"] == "ok", "the study went on past the dead kernel"
-    assert df.loc["resnet18", "status"] == "failed" and "DeadKernel" in df.loc["resnet18", "error"]
+    df = read_results([tmp_path / "results" / "s"]).set_index(["model", "batch_size"])
+    assert df.loc[("squeezenet1_1", 4), "status"] == "ok", "the study went on past the dead kernel"
+    assert df.loc[("squeezenet1_1", 8), "status"] == "failed"
+    assert "InjectedFault" in df.loc[("squeezenet1_1", 8), "error"]
+    assert all(df.loc[("resnet18", b), "status"] == "failed" for b in (4, 8))
+    assert all("DeadKernel" in df.loc[("resnet18", b), "error"] for b in (4, 8))
     assert (tmp_path / "reports" / "s" / "runs" / "cpu__resnet18.ipynb").exists()
     summary = (tmp_path / "reports" / "s" / "summary.html").read_text()
-    assert "Failed and skipped" in summary and "DeadKernel" in summary
-
-    env["BENCHLIB_FAULT"] = "raise@squeezenet1_1"
-    proc = subprocess.run(_cli(tmp_path, params, "--fresh", "--no-summary"), capture_output=True, text=True,
-                          timeout=600, env=env)
-    assert proc.returncode == 1
-    assert list(tmp_path.joinpath("results").glob("s.old-*")), "--fresh moves old results aside"
-    df = read_results([tmp_path / "results" / "s"]).set_index("model")
-    assert df.loc["squeezenet1_1", "status"] == "failed" and "InjectedFault" in df.loc["squeezenet1_1", "error"]
-    assert df.loc["resnet18", "status"] == "ok"
+    assert "Failed and skipped" in summary and "DeadKernel" in summary and "InjectedFault" in summary
     executed = json.loads((tmp_path / "reports" / "s" / "runs" / "cpu__squeezenet1_1.ipynb").read_text())
     assert any(o.get("output_type") == "error" for c in executed["cells"] for o in c.get("outputs", []))
+
+
+def test_fresh_moves_the_old_results_and_reports_aside_keeping_the_lock(tmp_path):
+    from benchlib.pipeline.study import move_aside
+    from benchlib.store.layout import StudyPaths
+
+    paths = StudyPaths.for_study("s", tmp_path / "results", tmp_path / "reports")
+    lock = paths.results.root / ".benchlib-study.lock"
+    for f in (paths.results.root / "rows" / "a.json", paths.reports.root / "summary.html", lock):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+    moved = move_aside(paths, keep=(lock,))
+    assert sorted(p.name.split(".old-")[0] for p in moved) == ["s", "s"]
+    assert [p.name for p in paths.results.root.iterdir()] == [lock.name], "only the lock stays"
+    assert not any(paths.reports.root.iterdir())
+    assert (moved[0] / "rows" / "a.json").read_text() == "x" and (moved[1] / "summary.html").exists()
+
+
+def test_fresh_on_the_command_line_reaches_the_study(monkeypatch, tmp_path):
+    from benchlib.cli import main
+    from benchlib.pipeline import study
+
+    seen = {}
+    monkeypatch.setattr(study, "run_study", lambda *a, **k: seen.update(k) or study.StudyOutcome(0, 0, 0, 0))
+    main(["study", str(_study(tmp_path)), "--fresh", "--no-summary"])
+    assert seen.get("fresh") is True and seen.get("summary") is False, seen
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Fault injection for drills and tests: make a chosen configuration fail the way real runs fail.
 
-Set ``BENCHLIB_FAULT=ACTION@TEXT`` in the environment (kernels inherit it): the first configuration whose
-run_id contains TEXT then, before it is measured,
+Set ``BENCHLIB_FAULT=ACTION@TEXT`` in the environment (kernels inherit it; several faults comma-separated,
+``raise@squeezenet1_1__bs8,exit@resnet18``): the first configuration whose run_id contains TEXT then, before
+it is measured,
 
 - ``raise``: raises in the notebook cell (a pair notebook that errors),
 - ``exit``: ends the process at once with status 137, as the kernel OOM killer does (a dead kernel),
@@ -28,9 +29,12 @@ FAULT_AT_BATCH = 1  # the step fault: the second batch (the first step ran, DDP'
 
 
 def _armed(run_id: str, actions: tuple[str, ...]) -> str | None:
-    spec = os.environ.get(ENV, "")
-    action, _, text = spec.partition("@")
-    return action if action in actions and text and text in run_id else None
+    """The first fault of ``actions`` whose text the run id contains; None when no fault is armed for it."""
+    for spec in os.environ.get(ENV, "").split(","):
+        action, _, text = spec.strip().partition("@")
+        if action in actions and text and text in run_id:
+            return action
+    return None
 
 
 def maybe_inject(run_id: str) -> None:
