@@ -165,3 +165,43 @@ def test_a_kernel_runs_without_warnings_in_the_users_terminal(tmp_path, capfd):
     assert out.cells[-1].outputs[0]["text"] == "42\n"
     err = capfd.readouterr().err
     assert "without encryption" not in err and "Debugging will proceed" not in err, err
+
+
+def test_each_ipc_kernel_has_sockets_of_its_own():
+    """jupyter_client names a kernel's IPC sockets ``kernel-ipc`` in the working folder when no connection file
+    is named yet: two kernels started there at once would share them."""
+    a, b = publish.IpcKernelManager(), publish.IpcKernelManager()
+    assert a.transport == b.transport == "ipc"
+    assert a.ip != b.ip and Path(a.ip).is_absolute() and Path(b.ip).is_absolute()
+
+
+_ONE_KERNEL = """
+import sys
+from pathlib import Path
+import nbformat
+from benchlib.pipeline import publish
+i = sys.argv[1]
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 0", metadata={"tags": ["parameters"]}),
+                                     nbformat.v4.new_code_cell("import time; time.sleep(1); print('ran', x)")])
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+Path(f"in{i}.ipynb").write_text(nbformat.writes(nb))
+publish.execute(Path(f"in{i}.ipynb"), Path(f"out{i}.ipynb"), {"x": int(i)}, cwd=Path("."), cell_timeout_s=120,
+                progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_two_kernels_started_at_once_in_one_folder_each_run_their_own_notebook(tmp_path):
+    """As a SLURM array's tasks on one node do: each process's kernel answers it, none the other's."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "one.py"
+    script.write_text(_ONE_KERNEL)
+    procs = [subprocess.Popen([sys.executable, str(script), str(i)], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in (1, 2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    for i in (1, 2):
+        executed = nbformat.read(tmp_path / f"out{i}.ipynb", as_version=4)
+        assert f"ran {i}" in executed.cells[-1].outputs[0]["text"]

@@ -63,6 +63,16 @@ class IpcKernelManager(AsyncKernelManager):
     def _transport_default(self) -> str:
         return "ipc"
 
+    @default("ip")
+    def _ip_default(self) -> str:
+        """Each kernel's sockets under a name of its own in the runtime folder. jupyter_client's default, when
+        no connection file is named yet, is ``kernel-ipc`` in the working folder: two kernels started there at
+        once (a SLURM array's tasks on one node, two studies in one checkout) would share its sockets and
+        talk to each other's kernel ("Invalid Signature")."""
+        runtime = jupyter_runtime_dir()
+        os.makedirs(runtime, exist_ok=True)
+        return os.path.join(runtime, f"kernel-{uuid.uuid4()}-ipc")
+
 
 def kernel_manager() -> type[AsyncKernelManager] | None:
     """IPC where Unix sockets exist and their paths fit (the runtime folder is short enough); else papermill's
