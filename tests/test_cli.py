@@ -139,3 +139,15 @@ def test_version_is_printed(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"benchlib {__version__}"
+
+
+def test_the_parser_answers_help_and_version_without_importing_torch():
+    """A command's module (and torch with it) is imported when the command runs, not to parse the line."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom benchlib.cli.parser import build_parser\nparser = build_parser()\n"
+            "parser.format_help()\nargs = parser.parse_args(['run', '--model', 'resnet18'])\n"
+            "print(args.func.__name__, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["cmd_run", "False"], out.stdout + out.stderr

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 
 from .._version import __version__
 from ..spec.variants import PRESETS
-from ..spec.vocab import DATASETS, HARDWARE_CHOICES, MODEL_FORMS, OPTIMIZERS
-from . import cluster, results, single, studies
+from ..spec.vocab import DATASETS, ELEMENT_DTYPES, HARDWARE_CHOICES, MODEL_FORMS, OPTIMIZERS
 
 DESCRIPTION = """\
 Profile and benchmark CNN training and inference on CPUs and GPUs: a study file runs through the
@@ -15,6 +16,17 @@ notebooks into an HTML report; single configurations, FLOP counts and ceilings r
 'benchlib COMMAND --help' lists a command's options, their defaults and allowed values. Bad input exits 2
 with one line saying what is allowed.
 """
+
+
+def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command's function, imported when the command runs: ``benchlib --help``, ``--version`` and a refused
+    option answer in a fraction of a second, without importing torch."""
+    def run(args: argparse.Namespace) -> int:
+        command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+        return command(args)
+
+    run.__name__ = run.__qualname__ = name
+    return run
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -108,15 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_args(p)
     p.add_argument("--pair", type=int, help="run only pair number PAIR (0-based; what a SLURM array task does)")
     p.add_argument("--no-summary", action="store_true", help="skip the summary (build it later with benchlib report)")
-    p.set_defaults(func=studies.cmd_study)
+    p.set_defaults(func=_command("studies", "cmd_study"))
 
     p = _sub(sub, "sweep", "run a sweep study (batch sizes, threads, workers) and its sweep analysis")
     _add_study_args(p)
-    p.set_defaults(func=studies.cmd_sweep)
+    p.set_defaults(func=_command("studies", "cmd_sweep"))
 
     p = _sub(sub, "compare", "compare optimization variants (the params file's variants:) per pair")
     _add_study_args(p)
-    p.set_defaults(func=studies.cmd_compare)
+    p.set_defaults(func=_command("studies", "cmd_compare"))
 
     p = _sub(sub, "tune", "one Optuna study per hardware/model pair (the params file's tune: section)")
     _add_study_args(p, fresh=False)
@@ -128,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finish", action="store_true",
                    help="add no trials: export each pair's best and build the tuning report (the job after workers)")
     _add_slurm_args(p)
-    p.set_defaults(func=studies.cmd_tune)
+    p.set_defaults(func=_command("studies", "cmd_tune"))
 
     p = _sub(sub, "slurm", "write (and with --submit, submit) a SLURM job array of one task per pair, or with "
              "--nodes one data-parallel job over several nodes")
@@ -145,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=int, default=0, metavar="G", help="with --nodes: GPUs of each node")
     p.add_argument("--nproc-per-node", type=int, metavar="P",
                    help="with --nodes: processes per node (default: --gpus-per-node, else 1)")
-    p.set_defaults(func=cluster.cmd_slurm)
+    p.set_defaults(func=_command("cluster", "cmd_slurm"))
 
     p = _sub(sub, "run", "measure one configuration and write its row")
     _add_config_args(p)
@@ -156,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                    help="data-parallel processes (DDP through torchrun; gloo on CPU, NCCL on GPUs); the batch is "
                    "global")
-    p.set_defaults(func=single.cmd_run)
+    p.set_defaults(func=_command("single", "cmd_run"))
 
     p = _sub(sub, "profile", "profile training steps of one configuration with torch.profiler")
     _add_config_args(p)
@@ -164,24 +176,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="profiler schedule: steps traced and discarded")
     p.add_argument("--active", type=int, default=3, metavar="N", help="profiler schedule: steps recorded, >= 1")
     p.add_argument("--results-dir", default="results/adhoc", help="profiles go to RESULTS_DIR/profiles/")
-    p.set_defaults(func=single.cmd_profile)
+    p.set_defaults(func=_command("single", "cmd_profile"))
 
     p = _sub(sub, "flops", "count MACs, FLOPs (forward and training), bytes moved and intensity of a model")
     p.add_argument("--model", required=True, help=MODEL_FORMS.replace("%", "%%"))
     p.add_argument("--image-size", type=int, default=224, metavar="PX", help="input side in pixels")
     p.add_argument("--batch-size", type=int, default=1, metavar="B", help="batch the bytes are counted at")
     p.add_argument("--num-classes", type=int, default=1000, metavar="K", help="classes of the head, >= 2")
-    p.add_argument("--dtype", choices=sorted(single.DTYPES), default="fp32", help="element size used for bytes moved")
+    p.add_argument("--dtype", choices=sorted(ELEMENT_DTYPES), default="fp32", help="element size used for bytes moved")
     p.add_argument("--layers", action="store_true", help="also print the per-layer table")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=single.cmd_flops)
+    p.set_defaults(func=_command("single", "cmd_flops"))
 
     p = _sub(sub, "roofline", "measure this machine's compute and bandwidth ceilings")
     p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
     p.add_argument("--repeats", type=int, default=5, metavar="N", help="repeats per figure, >= 3 (median kept)")
     p.add_argument("--results-dir", help="save the ceilings under RESULTS_DIR/ceilings/ for the summary")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=single.cmd_roofline)
+    p.set_defaults(func=_command("single", "cmd_roofline"))
 
     p = _sub(sub, "calibrate", "measure this machine's run-to-run noise floor: one small configuration in fresh "
              "processes, so comparisons of one run a side claim only differences beyond it")
@@ -192,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="thread counts to calibrate (default: 1 and the CPUs this process may use; on a GPU the "
                    "default threads)")
     p.add_argument("--json", action="store_true", help="print the record as one JSON object")
-    p.set_defaults(func=single.cmd_calibrate)
+    p.set_defaults(func=_command("single", "cmd_calibrate"))
 
     p = _sub(sub, "diff", "compare two results folders configuration by configuration, with intervals")
     p.add_argument("a", help="reference results folder (a study folder or a results root), e.g. the last commit's")
@@ -208,15 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=2.0, metavar="PCT", help="changes under PCT%% are judged same")
     p.add_argument("--fail-on-regression", type=float, metavar="PCT",
                    help="exit 1 when B is slower (or worse) than A by more than PCT%% with an interval excluding 1")
-    p.set_defaults(func=results.cmd_diff)
+    p.set_defaults(func=_command("results", "cmd_diff"))
 
     p = _sub(sub, "report", "summary and HTML from existing results folders (several machines merge)")
     p.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR", help="folders written by benchlib")
     p.add_argument("--name", help="report name (default: the folder's name, or 'merged')")
     p.add_argument("--reports-root", default="reports", help="the report goes to REPORTS_ROOT/NAME/")
-    p.set_defaults(func=results.cmd_report)
+    p.set_defaults(func=_command("results", "cmd_report"))
 
     p = _sub(sub, "env", "print the environment manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=single.cmd_env)
+    p.set_defaults(func=_command("single", "cmd_env"))
     return parser

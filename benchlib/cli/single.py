@@ -15,6 +15,7 @@ import yaml
 from .. import log as messages
 from ..errors import BenchlibError, ConfigError
 from ..report.evidence import floors
+from ..spec.vocab import ELEMENT_DTYPES
 from .jsonout import finite, nan_to_none
 from .progress import Progress
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from ..spec.settings import RunConfig
 
 EXIT_FAILURES = 1
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def cmd_flops(args: argparse.Namespace) -> int:
     if args.image_size < smallest:
         raise ConfigError(f"command line: --image-size {args.image_size}: too small for {args.model} (its layers "
                           f"shrink it to nothing); allowed: --image-size >= {smallest} for {args.model}")
-    dtype = getattr(torch, DTYPES[args.dtype])
+    dtype = getattr(torch, ELEMENT_DTYPES[args.dtype])
     c = complexity(args.model, args.image_size, batch_size=args.batch_size, num_classes=args.num_classes, dtype=dtype)
     if args.json:
         print(json.dumps(c.as_dict()))

@@ -80,3 +80,6 @@ def model_token(model: str) -> str:
     """The model as it stands in run ids and file names: ``timm:convnext_tiny`` -> ``timm-convnext_tiny``,
     ``mypkg.nets:make_net`` -> ``mypkg.nets-make_net`` (never a ``__``, which separates a run id's fields)."""
     return re.sub(r"_{2,}", "_", safe_name(model))
+
+# Element types ``benchlib flops --dtype`` counts bytes in, by torch's name for them.
+ELEMENT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
