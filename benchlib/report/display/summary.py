@@ -220,7 +220,8 @@ def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
         return
     show.heading("Where the time goes")
     display(Markdown("From `torch.profiler` over a few training steps of each profiled pair: the share of the step "
-                     "spent loading data, copying memory, computing, and executing on the CPU side."))
+                     "spent loading data and copying memory; on a CPU, in the forward pass, the backward pass and "
+                     "the optimizer; on a GPU, in device kernels and in host time beside them."))
     show.figure(profile.profile_breakdowns(found_profiles, figures_dir))
     show.figures([profile.top_operators(p, figures_dir) for p in found_profiles])
     notes = [f"<li><i>{html.escape(str(p['model']))} on {html.escape(str(p['hardware']))}:</i> "
