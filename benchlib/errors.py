@@ -102,12 +102,13 @@ class MemoryCeilingError(MeasurementOutcome, MemoryError):
 class RankFailed(MeasurementOutcome):
     """Another data-parallel rank failed: this one stops too, its row naming that rank and its error.
 
-    ``status`` is the failed rank's own (``oom`` when it ran out of memory, ...).
+    ``status`` is the failed rank's own (``oom`` when it ran out of memory, ...); ``rank`` the one that failed.
     """
 
-    def __init__(self, message: str, status: str = "failed") -> None:
+    def __init__(self, message: str, status: str = "failed", rank: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.rank = rank
 
 
 class InjectedFault(RuntimeError):

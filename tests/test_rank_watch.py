@@ -55,6 +55,31 @@ def test_rank_zero_records_then_ends_and_tells_the_failed_rank_it_may_go():
     assert failed.wait_recorded(timeout_s=0.1), "rank 0 said the row is written"
 
 
+def test_when_rank_zero_fails_the_others_end_only_once_its_row_is_written():
+    """Rank 0 writes its own failure's row. A rank its watch stops must not end before that: torchrun, seeing
+    it end, stops rank 0 too (in one CI run rank 0 was stopped before its row was written: no row at all)."""
+    store, seen, ended = FakeStore(), [], []
+    rank0 = _watch(store, 0, seen)
+    rank0.post(RuntimeError("step failed"))
+    rank1 = _watch(store, 1, seen)
+    failure = rank1.peer_failure()
+    assert failure is not None and failure.rank == 0
+
+    def stop_rank1():
+        try:
+            rank1.handle(failure)
+        except Ended:
+            ended.append(True)
+
+    thread = threading.Thread(target=stop_rank1)
+    thread.start()
+    thread.join(timeout=0.5)
+    assert thread.is_alive() and not ended, "rank 1 waits while rank 0 writes the row"
+    rank0.mark_recorded()
+    thread.join(timeout=5)
+    assert ended == [True] and len(seen) == 1
+
+
 def test_a_failed_rank_waits_for_rank_zero_a_bounded_time():
     assert _watch(FakeStore(), 1, []).wait_recorded(timeout_s=0.05) is False
 
@@ -62,7 +87,7 @@ def test_a_failed_rank_waits_for_rank_zero_a_bounded_time():
 def test_other_ranks_end_without_writing_the_recorded_key():
     store, seen = FakeStore(), []
     _watch(store, 0, seen).post(RuntimeError("eval failed"))
-    rank1 = _watch(store, 1, seen)
+    rank1 = _watch(store, 1, seen, record_wait_s=0.05)  # rank 0 never says its row is written: bounded wait
     with pytest.raises(Ended):
         rank1.handle(rank1.peer_failure())
     assert RECORDED_KEY not in store.data and len(seen) == 1

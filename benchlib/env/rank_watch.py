@@ -55,8 +55,10 @@ class RankWatch:
     """Posts this rank's failure and watches for the others'; see the module docstring."""
 
     def __init__(self, store: Store, rank: int, world_size: int, on_peer_failure: OnPeerFailure, *,
-                 poll_s: float = POLL_S, end_process: Callable[[int], None] = _end_process) -> None:
+                 poll_s: float = POLL_S, end_process: Callable[[int], None] = _end_process,
+                 record_wait_s: float = RECORD_WAIT_S) -> None:
         self.store, self.rank, self.world_size = store, rank, world_size
+        self._record_wait_s = record_wait_s
         self._on_peer_failure, self._poll_s, self._end_process = on_peer_failure, poll_s, end_process
         self._posted = 0
         self._handled = threading.Lock()
@@ -101,7 +103,7 @@ class RankWatch:
             key = MESSAGE_KEY.format(rank=rank)
             if rank != self.rank and self.store.check([key]):
                 status, _, message = self.store.get(key).decode().partition("\n")
-                return RankFailed(f"another data-parallel rank failed: {message}", status)
+                return RankFailed(f"another data-parallel rank failed: {message}", status, rank)
         return None
 
     def handle(self, failure: RankFailed) -> None:
@@ -111,8 +113,14 @@ class RankWatch:
             self._on_peer_failure(failure)
             if self.rank == 0:
                 self.store.set(RECORDED_KEY, "1")
+            elif failure.rank == 0:  # rank 0 writes its own failure's row: ending now, this rank would have
+                self.wait_recorded(self._record_wait_s)  # torchrun stop rank 0 before the row is written
         finally:
             self._end_process(EXIT_PEER_FAILED)
+
+    def mark_recorded(self) -> None:
+        """Rank 0 wrote the row of a failure (its own): the ranks waiting for it may end."""
+        self.store.set(RECORDED_KEY, "1")
 
     def wait_recorded(self, timeout_s: float = RECORD_WAIT_S) -> bool:
         """A failed rank other than 0: give rank 0 the time to write the row before this process ends."""

@@ -25,6 +25,7 @@ from .. import log as messages
 from ..engine.weights import WeightsPlan, plan_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
+from ..env.rank_watch import RankWatch
 from ..errors import RankFailed
 from ..instruments.run_to_run import floor_pcts
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
@@ -104,7 +105,20 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
     if telemetry is not None and not telemetry.frame.empty:
         atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
     write_row(layout, row, samples)
+    if row["status"] != "ok" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _tell_the_ranks_it_is_recorded()
     return row
+
+
+def _tell_the_ranks_it_is_recorded() -> None:
+    """Rank 0 wrote the row of its own failure: the ranks its watch stopped wait for this before they end
+    (else torchrun, seeing them end, could stop rank 0 before the row was written)."""
+    try:
+        watch = RankWatch.launched(lambda failure: None)
+        if watch is not None:
+            watch.mark_recorded()
+    except RuntimeError:  # the store is gone: torchrun is ending the job, and no rank is waiting
+        pass
 
 
 def noise_floor_entry(layout: ResultsLayout, machine: str) -> dict[str, Any]:
