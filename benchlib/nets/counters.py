@@ -71,7 +71,7 @@ def random_input(batch_size: int, image_size: int) -> torch.Tensor:
     return torch.randn(batch_size, 3, image_size, image_size, generator=generator, dtype=_COUNT_DTYPE)
 
 
-def _random_labels(batch_size: int, num_classes: int) -> torch.Tensor:
+def random_labels(batch_size: int, num_classes: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(_SEED + 1)
     return torch.randint(0, num_classes, (batch_size,), generator=generator)
 
@@ -108,8 +108,8 @@ def _conv_backward_flop(grad_out_shape: list[int], x_shape: list[int], w_shape: 
     return forward_flops * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
 
 
-_FLOP_COUNTER_OVERRIDES: dict[Any, Any] = {torch.ops.aten.convolution_backward: _conv_backward_flop}
-_COUNTED_PACKETS: frozenset[str] = frozenset(str(op) for op in (*flop_registry, *_FLOP_COUNTER_OVERRIDES))
+FLOP_FORMULA_OVERRIDES: dict[Any, Any] = {torch.ops.aten.convolution_backward: _conv_backward_flop}
+_COUNTED_PACKETS: frozenset[str] = frozenset(str(op) for op in (*flop_registry, *FLOP_FORMULA_OVERRIDES))
 
 
 class _OpNameCollector(TorchDispatchMode):
@@ -134,7 +134,7 @@ def uncounted_dispatch_ops(ops_seen: set[str]) -> list[str]:
 def _flop_counting() -> Iterator[tuple[FlopCounterMode, _OpNameCollector]]:
     """FlopCounterMode on top of an op collector, so the collector sees exactly what the counter executed."""
     collector = _OpNameCollector()
-    counter = FlopCounterMode(display=False, custom_mapping=_FLOP_COUNTER_OVERRIDES)
+    counter = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULA_OVERRIDES)
     with collector, counter:
         yield counter, collector
 
@@ -216,7 +216,7 @@ def _count_train(model: nn.Module, x: torch.Tensor, num_classes: int) -> tuple[i
     model.train()
     for p in model.parameters():
         p.requires_grad_(True)
-    labels = _random_labels(x.shape[0], num_classes)
+    labels = random_labels(x.shape[0], num_classes)
     with torch.random.fork_rng(devices=[]), _flop_counting() as (counter, collector):  # dropout draws
         logits = model(x)
         loss = nn.functional.cross_entropy(logits.reshape(x.shape[0], -1), labels)

@@ -1,0 +1,82 @@
+"""Per-layer time of a training step from one profile: forward by range, backward by sequence number."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+
+from benchlib.instruments.layer_times import (
+    LAYER_TIME_COLUMNS,
+    UNATTRIBUTED,
+    layer_ranges,
+    layer_times,
+    phase_time_us,
+    with_unattributed,
+)
+from benchlib.instruments.profiler import step_spans
+from benchlib.nets.counters import leaf_modules
+
+
+def _profiled_resnet18(steps: int = 3, batch: int = 8, image_size: int = 32):
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(batch, 3, image_size, image_size), torch.randint(0, 10, (batch,))
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps)
+    cycles: list = []  # the events of the active steps, handed over as the cycle ends (as run/profile.py takes them)
+    with layer_ranges(leaf_modules(model)) as names, torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
+            on_trace_ready=lambda p: cycles.append(p.events())) as prof:
+        for _ in range(steps + 1):
+            with torch.autograd.profiler.record_function("forward"):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            with torch.autograd.profiler.record_function("backward"):
+                loss.backward()
+            with torch.autograd.profiler.record_function("optimizer_step"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            prof.step()
+    (events,) = cycles
+    return model, names, events, step_spans(events)
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    return _profiled_resnet18()
+
+
+def test_every_leaf_has_a_forward_and_the_parametrized_ones_a_backward(profiled):
+    model, names, events, spans = profiled
+    assert len(spans) == 3
+    times = layer_times(events, spans)
+    assert list(times.columns) == list(LAYER_TIME_COLUMNS)
+    forward = set(times.loc[times["phase"] == "forward", "layer"])
+    assert forward == set(names) == set(leaf_modules(model))
+    backward = set(times.loc[times["phase"] == "backward", "layer"])
+    with_weights = {n for n, m in leaf_modules(model).items() if any(p.requires_grad for p in m.parameters())}
+    assert with_weights <= backward, sorted(with_weights - backward)
+    # the downsample branch's 1x1 convolution is credited with its own backward, not the main branch's
+    conv = times.set_index(["layer", "phase"])["time_us"]
+    assert conv[("layer2.0.downsample.0", "backward")] < conv[("layer2.0.conv2", "backward")]
+    relu = times[(times["layer"] == "layer1.0.relu") & (times["phase"] == "forward")]
+    assert int(relu["calls"].iloc[0]) == 2 * 3, "a ReLU reused in a block: two ranges per step"
+
+
+def test_layers_cover_the_passes_and_the_rest_is_a_row_of_its_own(profiled):
+    _, _, events, spans = profiled
+    times = layer_times(events, spans)
+    for phase in ("forward", "backward"):
+        layers_us = times.loc[times["phase"] == phase, "time_us"].sum()
+        region_us = phase_time_us(spans, phase)
+        assert 0.8 * region_us <= layers_us <= region_us * 1.001, (phase, layers_us, region_us)
+    table, coverage = with_unattributed(times, spans)
+    assert table["time_us"].sum() == pytest.approx(sum(s.step_time_us for s in spans))
+    assert table["share"].sum() == pytest.approx(1.0)
+    assert table.iloc[-1]["layer"] == UNATTRIBUTED and 0.7 < coverage < 1.0
+
+
+def test_the_hooks_go_when_the_block_ends():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    with layer_ranges(leaf_modules(model)) as names:
+        assert names == ["0", "1"] and model[0]._forward_pre_hooks
+    assert not model[0]._forward_pre_hooks and not model[0]._forward_hooks
