@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..nets.user_models import ModelSource
 from ..report.evidence.diff import DEFAULT_METRICS
 from ..report.evidence.samples import METRICS, SampleFiles, compare_rows
+from ..report.evidence.selection import column_median
 from .benchmark import benchmark, model_reference
 
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
@@ -64,15 +65,11 @@ def judged(rows: pd.DataFrame, by: str, baseline: str, metrics: Sequence[str]) -
         for side, side_rows in grp[grp[by] != baseline].groupby(by, sort=False):
             for metric in metrics:
                 column = METRICS[metric].column
-                if math.isnan(_median(side_rows, column)) and math.isnan(_median(base, column)):
+                if math.isnan(column_median(side_rows, column)) and math.isnan(column_median(base, column)):
                     continue  # not measured here (CUDA memory on a CPU)
                 c = compare_rows(side_rows, base, metric, reader)
                 out.append({"hardware": hardware, "batch_size": batch, "side": side, "baseline": baseline,
-                            "metric": metric, "side_value": _median(side_rows, metric),
-                            "baseline_value": _median(base, metric), "ratio": c.ratio, "ci_low": c.ci_low,
+                            "metric": metric, "side_value": column_median(side_rows, metric),
+                            "baseline_value": column_median(base, metric), "ratio": c.ratio, "ci_low": c.ci_low,
                             "ci_high": c.ci_high, "verdict": c.verdict, "level": c.level, "note": c.note})
     return pd.DataFrame(out, columns=list(COLUMNS))
-
-
-def _median(rows: pd.DataFrame, column: str) -> float:
-    return float(pd.to_numeric(rows[column], errors="coerce").median()) if column in rows else float("nan")

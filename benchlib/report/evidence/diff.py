@@ -29,6 +29,7 @@ from ...store.noise_floor import load_noise_floors
 from ...store.rows import read_results
 from .floors import floor_sentence
 from .samples import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
+from .selection import column_median
 from .stats import PRACTICAL_THRESHOLD, WORSE
 
 DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50",
@@ -86,11 +87,6 @@ def _ok(folder: Path) -> pd.DataFrame:
     return rows[rows["status"] == "ok"].reset_index(drop=True)
 
 
-def _median(rows: pd.DataFrame, column: str) -> float:
-    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
-    return float(values.median()) if not values.empty else math.nan
-
-
 def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
          threshold: float = PRACTICAL_THRESHOLD, ignore: Sequence[str] = ()) -> pd.DataFrame:
     """One row per configuration and metric: A's and B's figures and B against A with an interval and a verdict.
@@ -119,7 +115,7 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
         label = labels[key] + (f"#{digest_of(key)}" if labels[key] in ambiguous else "")
         for name in metrics:
             metric = METRICS[name]
-            va, vb = _median(side_a, metric.column), _median(side_b, metric.column)
+            va, vb = column_median(side_a, metric.column), column_median(side_b, metric.column)
             record: dict[str, Any] = {"configuration": label, "metric": name, "a": va, "b": vb,
                                       "n_a": len(side_a), "n_b": len(side_b), "runs_a": len(side_a),
                                       "runs_b": len(side_b)}

@@ -4,6 +4,7 @@ variants.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import pandas as pd
@@ -48,3 +49,10 @@ def config_key(run_id: pd.Series) -> pd.Series:
 
 
 BASELINE_VARIANTS = ("default", "cpu-default", "gpu-default")
+
+
+def column_median(rows: pd.DataFrame, column: str) -> float:
+    """The median of a column's numbers, NaN when it has none (no warning: an all-NaN column is common,
+    a figure a configuration did not measure)."""
+    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
+    return float(values.median()) if not values.empty else math.nan

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.samples import SampleFiles, SampleReader, compare_rows
-from ..evidence.selection import BASELINE_VARIANTS, config_key, device_label
+from ..evidence.selection import BASELINE_VARIANTS, column_median, config_key, device_label
 from ..evidence.stats import Comparison
 from ..tables.comparisons import scaling_table, variant_speedups
 from ..words import fmt
@@ -22,10 +22,6 @@ from .caveats import measured_rows
 def _num(value: Any) -> float:
     out = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
     return float(out) if pd.notna(out) else float("nan")
-
-
-def _median(rows: pd.DataFrame, column: str) -> float:
-    return float(pd.to_numeric(rows[column], errors="coerce").median()) if column in rows else float("nan")
 
 
 def _throughput(value: float) -> str:
@@ -105,12 +101,12 @@ def _column(column: str, prefix: str = "") -> Callable[[pd.DataFrame], str]:
 
 
 def _samples_per_s(rows: pd.DataFrame, batch: bool = False) -> str:
-    text = _throughput(_median(rows, "train_samples_per_s"))
+    text = _throughput(column_median(rows, "train_samples_per_s"))
     return f"{text} at bs{int(rows['batch_size'].iloc[0])}" if batch else text
 
 
 def _latency(rows: pd.DataFrame) -> str:
-    return f"{fmt.ms_text(_median(rows, 'latency_ms_p50'))} p50"
+    return f"{fmt.ms_text(column_median(rows, 'latency_ms_p50'))} p50"
 
 
 def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
@@ -125,7 +121,7 @@ def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
         both = rows[rows["batch_size"].isin(shared[shared > 1].index)]
         if both.empty:
             continue
-        ranked = sorted(_best_per(both, "device").values(), key=lambda r: -_median(r, "train_samples_per_s"))
+        ranked = sorted(_best_per(both, "device").values(), key=lambda r: -column_median(r, "train_samples_per_s"))
         best = ranked[0]
         batch = int(best["batch_size"].iloc[0])
         runner = rows[(rows["device"] == ranked[1]["device"].iloc[0]) & (rows["batch_size"] == batch)]
@@ -134,7 +130,7 @@ def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
         lines.append(_versus(best, runner, "train_samples_per_s", reader, _column("device"),
                              (f"trains {model}", f"train {model}"), f" (bs{batch})", _samples_per_s))
         lat = sorted(_best_per(rows, "device", "latency_ms_p50", higher=False).values(),
-                     key=lambda r: _median(r, "latency_ms_p50"))
+                     key=lambda r: column_median(r, "latency_ms_p50"))
         if len(lat) > 1:
             lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("device"),
                                  (f"answers one {model} image", f"answer one {model} image"), "", _latency))
@@ -149,11 +145,11 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
     reader = reader or SampleFiles()
     lines = []
     for device, rows in good.groupby("device", sort=True):
-        ranked = sorted(_best_per(rows, "model").values(), key=lambda r: -_median(r, "train_samples_per_s"))
+        ranked = sorted(_best_per(rows, "model").values(), key=lambda r: -column_median(r, "train_samples_per_s"))
         if len(ranked) == 1:
             r = ranked[0]
-            latency = _median(r, "latency_ms_p50")
-            lines.append(f"{r['model'].iloc[0]} trains at {_throughput(_median(r, 'train_samples_per_s'))} on "
+            latency = column_median(r, "latency_ms_p50")
+            lines.append(f"{r['model'].iloc[0]} trains at {_throughput(column_median(r, 'train_samples_per_s'))} on "
                          f"{_where(r)}" + (f" and answers one image in {_latency(r)}." if np.isfinite(latency)
                                            else "."))
             continue
@@ -162,16 +158,17 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
             lines.append(_versus(top, second, "train_samples_per_s", reader, _column("model"), ("trains", "train"),
                                  f" on {device}", lambda r: _samples_per_s(r, True)))
         lat = sorted(_best_per(rows, "model", "latency_ms_p50", higher=False).values(),
-                     key=lambda r: _median(r, "latency_ms_p50"))
+                     key=lambda r: column_median(r, "latency_ms_p50"))
         if len(lat) > 1:
             lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("model"),
                                  ("answers one image", "answer one image"), f" on {device}", _latency))
-        acc = sorted(_best_per(rows, "model", "test_accuracy").values(), key=lambda r: -_median(r, "test_accuracy"))
+        acc = sorted(_best_per(rows, "model", "test_accuracy").values(),
+                     key=lambda r: -column_median(r, "test_accuracy"))
         if len(acc) > 1:
-            others = ", ".join(f"{r['model'].iloc[0]} {fmt.percent_text(_median(r, 'test_accuracy'))}"
+            others = ", ".join(f"{r['model'].iloc[0]} {fmt.percent_text(column_median(r, 'test_accuracy'))}"
                                for r in acc[1:])
             lines.append(f"On {device}, {acc[0]['model'].iloc[0]} is the most accurate: "
-                         f"{fmt.percent_text(_median(acc[0], 'test_accuracy'))} test accuracy ({others}).")
+                         f"{fmt.percent_text(column_median(acc[0], 'test_accuracy'))} test accuracy ({others}).")
     return lines
 
 

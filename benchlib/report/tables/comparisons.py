@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.samples import SampleFiles, SampleReader, compare_rows
-from ..evidence.selection import BASELINE_VARIANTS, device_label, ok_rows
+from ..evidence.selection import BASELINE_VARIANTS, column_median, device_label, ok_rows
 
 SPEEDUP_METRICS = {"train_samples_per_s": "higher", "infer_samples_per_s": "higher", "latency_ms_p50": "lower"}
 
@@ -38,8 +38,8 @@ def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s",
     for (model, batch), grp in good.groupby(["model", "batch_size"]):
         sides = {d: rows for d, rows in grp.groupby("device")}
         for a, b in itertools.permutations(sorted(sides), 2):
-            va = pd.to_numeric(sides[a][metric], errors="coerce").median()
-            vb = pd.to_numeric(sides[b][metric], errors="coerce").median()
+            va = column_median(sides[a], metric)
+            vb = column_median(sides[b], metric)
             if not (np.isfinite(va) and np.isfinite(vb)) or va <= 0 or vb <= 0:
                 continue
             c = compare_rows(sides[a], sides[b], metric, reader)
@@ -75,9 +75,9 @@ def scaling_table(df: pd.DataFrame, knob: str, reader: SampleReader | None = Non
         by_value = {n: rows for n, rows in sorted(grp.groupby(knob), key=lambda item: item[0])}
         base_n = next(iter(by_value))
         base_rows = by_value[base_n]
-        base = pd.to_numeric(base_rows["train_samples_per_s"], errors="coerce").median()
+        base = column_median(base_rows, "train_samples_per_s")
         for n, rows in by_value.items():
-            v = pd.to_numeric(rows["train_samples_per_s"], errors="coerce").median()
+            v = column_median(rows, "train_samples_per_s")
             c = compare_rows(rows, base_rows, "train_samples_per_s", reader)
             ratio = n / base_n if base_n else np.nan
             out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3], knob: n,
@@ -126,13 +126,10 @@ def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd
                 rec[f"{label}_note"] = c.note
                 rec[label] = c.text()
 
-            def median(rows: pd.DataFrame, col: str) -> float:
-                return float(pd.to_numeric(rows[col], errors="coerce").median()) if col in rows else np.nan
-
-            acc, base_acc = median(rows, "test_accuracy"), median(base_rows, "test_accuracy")
+            acc, base_acc = column_median(rows, "test_accuracy"), column_median(base_rows, "test_accuracy")
             rec["accuracy_delta_pts"] = (acc - base_acc) * 100
             for col, name in (("peak_rss_bytes", "peak_memory_ratio"), ("model_size_bytes", "model_size_ratio")):
-                num, den = median(rows, col), median(base_rows, col)
+                num, den = column_median(rows, col), column_median(base_rows, col)
                 rec[name] = num / den if np.isfinite(num) and np.isfinite(den) and den > 0 else np.nan
             out.append(rec)
     return pd.DataFrame(out)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ...store.rows import flag_mask
 from ..evidence.samples import NOISE_FLAGS
-from ..evidence.selection import config_key, device_label, ok_rows
+from ..evidence.selection import column_median, config_key, device_label, ok_rows
 from ..words import fmt
 
 # shown name -> (row column, formatter); the row column is aggregated as the median over seeds
@@ -100,10 +100,6 @@ def _refused(rows: pd.DataFrame, column: str) -> str | None:
     return next((str(s) for s in rows[status] if fmt.percentile_reason(s) is not None), None)
 
 
-def _median(rows: pd.DataFrame, column: str) -> float:
-    return float(pd.to_numeric(rows[column], errors="coerce").median()) if column in rows else float("nan")
-
-
 def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str]) -> tuple[str, str | None]:
     """A figure's cell (the median over the configuration's runs) and, when it has no value, why.
 
@@ -113,9 +109,9 @@ def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str]) -> tuple[
     refused = _refused(rows, column)
     if refused is not None:
         return fmt.percentile_text(None, refused), refused
-    value = _median(rows, column)
+    value = column_median(rows, column)
     if column in INTERVALS:
-        low, high = (_median(rows, c) for c in INTERVALS[column])
+        low, high = (column_median(rows, c) for c in INTERVALS[column])
         shown = fmt.accuracy_text(value, low, high)
     else:
         shown = text(value)
