@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from .profiler import StepSpans, covered_us
+from .profiler import StepSpans, covered_us, event_interval, is_host_event
 
 LAYER_PREFIX = "layer::"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -65,10 +65,6 @@ def layer_ranges(leaves: Mapping[str, torch.nn.Module]) -> Iterator[list[str]]:
             open_ranges.pop().__exit__(None, None, None)
 
 
-def _interval(e: Any) -> tuple[float, float]:
-    return float(e.time_range.start), float(e.time_range.end)
-
-
 def _in_steps(start: float, spans: Sequence[StepSpans]) -> bool:
     return any(s.start_us <= start < s.end_us for s in spans)
 
@@ -76,12 +72,11 @@ def _in_steps(start: float, spans: Sequence[StepSpans]) -> bool:
 def layer_times(events: Sequence[Any], spans: Sequence[StepSpans]) -> pd.DataFrame:
     """Per leaf module and phase: calls and host time (``LAYER_TIME_COLUMNS``), summed over the steps of
     ``spans``, from a profile's events (``prof.events()``) taken with ``layer_ranges`` open."""
-    host = [e for e in events if not getattr(e, "is_async", False) and e.device_type == torch.autograd.DeviceType.CPU
-            and _in_steps(float(e.time_range.start), spans)]
+    host = [e for e in events if is_host_event(e) and _in_steps(event_interval(e)[0], spans)]
     ranges: dict[Any, list[tuple[float, float, str]]] = {}  # thread -> sorted (start, end, layer)
     for e in host:
         if e.name.startswith(LAYER_PREFIX):
-            ranges.setdefault(e.thread, []).append((*_interval(e), e.name.removeprefix(LAYER_PREFIX)))
+            ranges.setdefault(e.thread, []).append((*event_interval(e), e.name.removeprefix(LAYER_PREFIX)))
     starts = {t: [r[0] for r in sorted(rs)] for t, rs in ranges.items()}
     ranges = {t: sorted(rs) for t, rs in ranges.items()}
 
@@ -97,12 +92,12 @@ def layer_times(events: Sequence[Any], spans: Sequence[StepSpans]) -> pd.DataFra
     for e in host:
         seq = getattr(e, "sequence_nr", -1)
         if seq >= 0 and not e.name.startswith((LAYER_PREFIX, BACKWARD_PREFIX)):
-            layer = layer_at(e.thread, float(e.time_range.start))
+            layer = layer_at(e.thread, event_interval(e)[0])
             if layer is not None:
                 owner.setdefault((e.thread, seq), layer)
     totals: dict[tuple[str, str], list[float]] = {}
     for e in host:
-        start, end = _interval(e)
+        start, end = event_interval(e)
         if e.name.startswith(LAYER_PREFIX):
             key = (e.name.removeprefix(LAYER_PREFIX), "forward")
         elif e.name.startswith(BACKWARD_PREFIX) and getattr(e, "sequence_nr", -1) >= 0:

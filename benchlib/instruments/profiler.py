@@ -103,11 +103,13 @@ class StepSpans:
         return self.end_us - self.start_us
 
 
-def _interval(event: Any) -> Interval:
+def event_interval(event: Any) -> Interval:
+    """An event's (start, end) in microseconds."""
     return float(event.time_range.start), float(event.time_range.end)
 
 
-def _is_host(event: Any) -> bool:
+def is_host_event(event: Any) -> bool:
+    """An event the host ran in order (not a device kernel, not an async span)."""
     return event.device_type == DeviceType.CPU and not getattr(event, "is_async", False)
 
 
@@ -139,19 +141,19 @@ def step_spans(events: Sequence[Any]) -> list[StepSpans]:
     """Per-step spans from one profiling cycle's events (``prof.events()``), in step order."""
     spans = []
     for e in events:
-        number = _step_number(e) if _is_host(e) else None
+        number = _step_number(e) if is_host_event(e) else None
         if number is not None:
-            start, end = _interval(e)
+            start, end = event_interval(e)
             spans.append(StepSpans(number, start, end))
     spans.sort(key=lambda s: s.start_us)
     if not spans:
         return spans
     for e in events:
         kind = device_work_kind(e)
-        is_region = _is_host(e) and e.name in REGIONS
+        is_region = is_host_event(e) and e.name in REGIONS
         if not is_region and kind is None:
             continue
-        start, end = _interval(e)
+        start, end = event_interval(e)
         for span in spans:
             if is_region and span.start_us <= start < span.end_us:
                 span.regions[e.name].append((start, end))
