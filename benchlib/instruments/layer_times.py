@@ -23,13 +23,13 @@ from typing import Any
 import pandas as pd
 import torch
 
+from ..spec.vocab import UNATTRIBUTED_LAYER
 from .profiler import StepSpans, covered_us, event_interval, is_host_event
 
 LAYER_PREFIX = "layer::"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
-PHASES = ("forward", "backward")
 LAYER_TIME_COLUMNS = ("layer", "phase", "calls", "time_us")
-UNATTRIBUTED = "(unattributed)"
+UNATTRIBUTED = UNATTRIBUTED_LAYER
 
 
 @contextmanager
@@ -77,8 +77,8 @@ def layer_times(events: Sequence[Any], spans: Sequence[StepSpans]) -> pd.DataFra
     for e in host:
         if e.name.startswith(LAYER_PREFIX):
             ranges.setdefault(e.thread, []).append((*event_interval(e), e.name.removeprefix(LAYER_PREFIX)))
-    starts = {t: [r[0] for r in sorted(rs)] for t, rs in ranges.items()}
     ranges = {t: sorted(rs) for t, rs in ranges.items()}
+    starts = {t: [r[0] for r in rs] for t, rs in ranges.items()}
 
     def layer_at(thread: Any, time_us: float) -> str | None:
         i = bisect.bisect_right(starts.get(thread, []), time_us) - 1

@@ -26,9 +26,10 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, shape_wrapper
 
+from ..spec.vocab import UNATTRIBUTED_LAYER
 from .counters import FLOP_FORMULA_OVERRIDES, counting_copy, leaf_modules, random_labels
 
-UNATTRIBUTED = "(unattributed)"
+UNATTRIBUTED = UNATTRIBUTED_LAYER
 Key = tuple[str, str]  # (layer, phase)
 # torch's formulas, with benchlib's corrections taking tensors' shapes as FlopCounterMode wraps them
 _FORMULAS: dict[Any, Any] = {**flop_registry, **{op: shape_wrapper(f) for op, f in FLOP_FORMULA_OVERRIDES.items()}}

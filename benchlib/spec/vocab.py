@@ -83,3 +83,7 @@ def model_token(model: str) -> str:
 
 # Element types ``benchlib flops --dtype`` counts bytes in, by torch's name for them.
 ELEMENT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+# The row of a per-layer table for what no leaf module holds (the loss, a residual add, the optimizer): the
+# time and FLOPs counters both name it so, and they join on it.
+UNATTRIBUTED_LAYER = "(unattributed)"
