@@ -11,10 +11,15 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.benchlib-installed
 
-# Re-installs when the dependency list or the pins change.
+# Re-installs when the dependency list or the pins change. TORCH_INDEX installs the pinned torch from
+# another of PyTorch's wheel indexes first (a V100 or P100 needs .../whl/cu126: docs/gpu.md); the pin
+# (2.14.1) admits its local build (2.14.1+cu126), so the install after it keeps that torch.
+TORCH_INDEX ?=
 $(VENV)/.benchlib-installed: pyproject.toml requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23"
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet -c requirements/constraints.txt --index-url $(TORCH_INDEX) \
+		torch torchvision)
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[all,dev]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (benchlib)" >/dev/null
 	@touch $@

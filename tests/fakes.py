@@ -1,22 +1,27 @@
-"""The one fake layer for what this CPU machine lacks: CUDA devices as torch reports them, NVML, and the
-process group torchrun sets up (its key-value store and the collectives benchlib calls).
+"""The one fake layer for what this CPU machine lacks: CUDA devices as torch reports them, NVML (or its
+absence), torch's device-generic API and device events, and the process group torchrun sets up (its
+key-value store and the collectives benchlib calls).
 
 Tests of the GPU path run here without a GPU, so they see only what benchlib asks of torch and NVML: how
 many devices, each one's name, compute capability, memory and UUID, the architectures the build carries,
-and NVML's counters. ``fake_cuda`` and ``FakeNvml`` answer those questions for the GPUs a test describes
-(patched for that test only); anything that would run a kernel still fails, as it should on CPU. Figures
-here are a part's published shape (name, capability, memory) or round test values, never a measured speed.
+NVML's counters, and which of torch's calls (generic or per backend) synchronize and time a device.
+``fake_cuda``, ``FakeNvml`` and ``FakeAccelerator`` answer those questions for the GPUs and the torch
+version a test describes (patched for that test only); anything that would run a kernel still fails, as it
+should on CPU. Figures here are a part's published shape (name, capability, memory) or round test values,
+never a measured speed.
 """
 from __future__ import annotations
 
 import datetime
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -90,10 +95,12 @@ class FakeNvml:
     """NVML answering for ``count`` GPUs, each figure a function of the GPU's NVML index.
 
     The default: three GPUs whose NVML order differs from CUDA's (their UUIDs), each with an energy counter
-    and a 100 W draw, all visible. ``two_boards()``: the telemetry test's two GPUs with figures that differ per
-    board, the second without a power reading (NotSupported, like some boards and vGPUs). A figure function
-    returning None answers NotSupported. ``calls`` counts init, shutdown and the per-GPU utilization and power
-    queries.
+    and a 100 W draw, all visible. ``uuids`` names the GPUs by NVML index (``fake_cuda``'s ``GPU-fake-N``
+    names CUDA's cuda:N, in any order). ``two_boards()``: the telemetry test's two GPUs with figures that
+    differ per board, the second without a power reading (NotSupported, like some boards and vGPUs). A figure
+    function returning None answers NotSupported (an energy counter of None: a board before Volta).
+    ``energy_mj`` holds each counter (a test moves it); ``calls`` counts init, shutdown and the per-GPU
+    utilization and power queries.
     """
 
     uuids = {0: "GPU-CCC", 1: "GPU-aaa", 2: "GPU-bbb"}
@@ -103,9 +110,11 @@ class FakeNvml:
                  power_mw: Callable[[int], int | None] = lambda i: 100_000,
                  temperature_c: Callable[[int], int] = lambda i: 40,
                  sm_clock_mhz: Callable[[int], int] = lambda i: 1000,
-                 energy_mj: Callable[[int], int] = lambda i: 1000 * (i + 1), energy_step_mj: int = 0,
-                 visible: str | None = "0,1,2") -> None:
+                 energy_mj: Callable[[int], int | None] = lambda i: 1000 * (i + 1), energy_step_mj: int = 0,
+                 visible: str | None = "0,1,2", uuids: dict[int, str] | None = None) -> None:
         self.count, self.visible = count, visible
+        if uuids is not None:
+            self.uuids = dict(uuids)
         self.util, self.memory_used_bytes, self.memory_total_bytes = util, memory_used_bytes, memory_total_bytes
         self.power_mw, self.temperature_c, self.sm_clock_mhz = power_mw, temperature_c, sm_clock_mhz
         self.energy_mj = {i: energy_mj(i) for i in range(count)}
@@ -130,8 +139,9 @@ class FakeNvml:
 
     def install(self, monkeypatch) -> FakeNvml:
         def energy(h: SimpleNamespace) -> int:
-            self.energy_mj[h.index] += self.energy_step_mj
-            return self.energy_mj[h.index]
+            if self.energy_mj[h.index] is not None:
+                self.energy_mj[h.index] += self.energy_step_mj
+            return self._supported(self.energy_mj[h.index])
 
         def util(h: SimpleNamespace) -> SimpleNamespace:
             self._n(f"util{h.index}")
@@ -185,6 +195,84 @@ class FakeNvml:
         monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", lambda h: (int(h.index == gpu), int(h.index == gpu)))
         monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda h: 7 if h.index == gpu else 0)
         monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", mig_handle)
+        return self
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    """A machine without NVIDIA's driver: NVML's library is not found, so ``nvmlInit`` raises.
+
+    A fixture in a test module as ``no_nvml = fakes.no_nvml`` (pytest finds it by that name).
+    """
+    def fail():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", fail)
+
+
+class FakeEvent:
+    """A timing event of any of torch's classes (``torch.Event``, CUDA's, MPS's): each ``record`` lands in
+    ``calls`` with the stream it was given, and any two recorded events are 2 ms apart."""
+
+    def __init__(self, calls: list[tuple[str, object]], enable_timing: bool = False) -> None:
+        assert enable_timing, "a timing event: elapsed_time needs enable_timing=True"
+        self.calls = calls
+
+    def record(self, stream: object = None) -> None:
+        self.calls.append(("record", stream))
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return 2.0
+
+
+@dataclass
+class FakeAccelerator:
+    """torch's device-generic API as ``torch_version`` has it, beside the per-backend calls it replaces.
+
+    ``torch.accelerator`` (``synchronize``, ``current_stream``) came in 2.6, ``torch.accelerator.device_index``
+    in 2.8; ``torch.Event`` is there throughout (2.4+). Every call, generic or per backend (CUDA's and MPS's
+    synchronize, CUDA's device context and current stream, the three event classes), lands in ``calls`` as
+    (what was called, its device), so a test sees which path ran; streams are strings naming the API and
+    the device they were asked for, and events are :class:`FakeEvent`.
+    """
+
+    torch_version: tuple[int, int] = (2, 8)
+    calls: list[tuple[str, object]] = field(default_factory=list)
+
+    def _log(self, name: str, device: object = None) -> None:
+        self.calls.append((name, device))
+
+    def _event_class(self, name: str) -> Callable[..., FakeEvent]:
+        def make(device: object = None, *, enable_timing: bool = False) -> FakeEvent:
+            self._log(name, device)
+            return FakeEvent(self.calls, enable_timing)
+        return make
+
+    def _context(self, name: str, device: object) -> nullcontext[None]:
+        self._log(name, device)
+        return nullcontext()
+
+    def install(self, monkeypatch) -> FakeAccelerator:
+        per_backend = {
+            (torch.cuda, "synchronize"): lambda device=None: self._log("cuda.synchronize", device),
+            (torch.cuda, "current_stream"): lambda device=None: f"cuda stream of {device}",
+            (torch.cuda, "device"): lambda device: self._context("cuda.device", device),
+            (torch.cuda, "Event"): self._event_class("cuda.Event"),
+            (torch.mps, "synchronize"): lambda: self._log("mps.synchronize"),
+            (torch.mps.event, "Event"): self._event_class("mps.Event"),
+            (torch, "Event"): self._event_class("Event"),
+        }
+        for (module, name), answer in per_backend.items():
+            monkeypatch.setattr(module, name, answer)
+        if self.torch_version < (2, 6):
+            monkeypatch.delattr(torch, "accelerator", raising=False)
+            return self
+        generic = SimpleNamespace(  # a module of its own: the floor's torch (2.5) has none to patch
+            synchronize=lambda device=None: self._log("accelerator.synchronize", device),
+            current_stream=lambda device=None: f"accelerator stream of {device}")
+        if self.torch_version >= (2, 8):
+            generic.device_index = lambda index: self._context("accelerator.device_index", index)
+        monkeypatch.setattr(torch, "accelerator", generic, raising=False)
         return self
 
 

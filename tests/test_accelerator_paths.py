@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 
 import pytest
 import torch
-from fakes import FakeNvml
+from fakes import FakeAccelerator, FakeNvml
 from torch import nn
 
 import benchlib.engine.setup as setup
@@ -43,32 +44,45 @@ TINY = dict(dataset="digits", image_size=32, train_subset=64, test_subset=40, tr
 
 # ---------------------------------------------------------------- 1. events on the run's device
 
-class _FakeEvent:
-    recorded: list[object] = []
-
-    def __init__(self, enable_timing: bool = False):
-        pass
-
-    def record(self, stream=None):
-        _FakeEvent.recorded.append(stream)
-
-    def elapsed_time(self, other):
-        return 2.0
-
-
-def test_step_events_are_recorded_on_the_stream_of_the_runs_own_device(monkeypatch):
-    asked = []
-    _FakeEvent.recorded = []
-    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: asked.append(device) or f"stream of {device}")
-    monkeypatch.setattr(timing, "synchronize", lambda device: None)
-    timer = timing.StepTimer(torch.device("cuda", 1))
+def _one_step(version: tuple[int, int], device: torch.device, monkeypatch) -> tuple[list[float], list]:
+    fake = FakeAccelerator(version).install(monkeypatch)
+    timer = timing.StepTimer(device)
     for _ in range(2):
         timer.start()
         timer.stop()
-    assert timer.collect() == [0.002, 0.002]
-    assert asked == [torch.device("cuda", 1)] * 4, "never the process's current device (cuda:0)"
-    assert _FakeEvent.recorded == ["stream of cuda:1"] * 4
+    return timer.collect(), fake.calls
+
+
+def test_step_events_are_torch_events_recorded_on_the_stream_of_the_runs_own_device(monkeypatch):
+    """torch.Event takes the device's type only (its index comes from the stream it records on), so the
+    stream named is cuda:1's own, never the process's current device's (cuda:0)."""
+    cuda1 = torch.device("cuda", 1)
+    times, calls = _one_step((2, 6), cuda1, monkeypatch)
+    step = [("Event", cuda1), ("record", "accelerator stream of cuda:1")] * 2
+    assert times == [0.002, 0.002]
+    assert calls == step * 2 + [("accelerator.synchronize", cuda1)], "one synchronize, after the region"
+
+
+def test_before_torch_accelerator_the_step_events_are_cudas_on_the_runs_own_stream(monkeypatch):
+    """torch 2.5 has torch.Event (without MPS) but no torch.accelerator: CUDA's own events, and its stream."""
+    cuda1 = torch.device("cuda", 1)
+    times, calls = _one_step((2, 5), cuda1, monkeypatch)
+    step = [("cuda.Event", None), ("record", "cuda stream of cuda:1")] * 2
+    assert times == [0.002, 0.002]
+    assert calls == step * 2 + [("cuda.synchronize", cuda1)]
+
+
+_MPS = torch.device("mps")
+
+
+@pytest.mark.parametrize("version, event, stream, synchronized", [
+    ((2, 6), ("Event", _MPS), "accelerator stream of mps", ("accelerator.synchronize", _MPS)),
+    ((2, 5), ("mps.Event", None), None, ("mps.synchronize", None)),
+])
+def test_mps_steps_are_timed_by_events_through_the_same_path(monkeypatch, version, event, stream, synchronized):
+    times, calls = _one_step(version, torch.device("mps"), monkeypatch)
+    assert times == [0.002, 0.002]
+    assert calls == [event, ("record", stream)] * 4 + [synchronized], "events, not a synchronize per step"
 
 
 # ---------------------------------------------------------------- 2. a clean slate per configuration
@@ -330,6 +344,39 @@ def test_a_model_past_its_recompile_limit_is_reported_as_fallen_back():
     assert not compile_report().fell_back and compile_report().graphs == 1
 
 
+def _report_after(*records: tuple[str, tuple], unimplemented: str | None = None) -> object:
+    """compile_report() once a frame compiled and dynamo's convert_frame logger wrote ``records`` (a format and
+    its arguments, as dynamo logs them), with ``unimplemented`` among dynamo's counters; then a clean slate."""
+    from torch._dynamo.utils import counters
+
+    reset_compiler()
+    counters["frames"]["ok"] += 1  # a frame compiled: the frames counter alone does not say fallen back
+    if unimplemented:
+        counters["unimplemented"][unimplemented] += 1
+    for message, args in records:
+        logging.getLogger("torch._dynamo.convert_frame").warning(message, *args)
+    report = compile_report()
+    reset_compiler()
+    return report
+
+
+def test_the_recompile_limit_is_read_from_the_records_arguments_whatever_its_wording():
+    reworded = _report_after(("gave up recompiling: %s is %s", ("recompile_limit", 8)))
+    assert reworded.fell_back and "config.recompile_limit (8)" in reworded.reason, reworded
+    floor = _report_after(("%s reached (%s)", ("cache_size_limit", 8)))  # torch 2.5's name of the limit
+    assert floor.fell_back and "config.cache_size_limit (8)" in floor.reason, floor
+
+
+def test_the_old_wording_without_a_limits_arguments_is_not_a_fallback():
+    wording = "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s"
+    report = _report_after(
+        (wording, ("automatic_dynamic_shapes", True, "'forward'", "size changed")),  # another config's name
+        ("torch._dynamo hit config.recompile_limit (8): recompile limit, cache size limit", ()),  # no arguments
+        unimplemented="Dynamo recompile limit exceeded (cache size limit)",  # the words once searched for
+    )
+    assert not report.fell_back and report.reason is None, report
+
+
 # ---------------------------------------------------------------- 15. energy windows long enough to trust
 
 def test_an_nvml_window_under_a_second_is_unmeasurable():
@@ -366,15 +413,29 @@ def test_reserved_peak_does_not_carry_over_from_a_larger_configuration(tmp_path)
     assert reserved(8) <= 1.1 * small_first
 
 
-@pytest.mark.gpu
-def test_the_nvml_handle_of_the_run_is_the_torch_devices(monkeypatch):
+def _visible_gpus() -> list:
+    """Each visible GPU's index, marked gpu (one, skipped, where there is none: the test still collects)."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return [pytest.param(i, marks=pytest.mark.gpu) for i in range(max(count, 1))]
+
+
+@pytest.mark.parametrize("index", _visible_gpus())
+def test_the_nvml_handle_of_the_run_is_the_torch_devices(index):
+    """benchlib finds cuda:N in NVML by the UUID torch reports; NVML's own lookup by the PCI location torch
+    reports must land on the same board (CUDA's order and NVML's can differ; a MIG slice's board is its GPU)."""
     from benchlib.env.devices import cuda_uuids
     from benchlib.instruments.nvml import NvmlDevices, normal_uuid
 
-    uuid = cuda_uuids([0])
-    with NvmlDevices(uuids=uuid) as nv:
-        assert len(nv.handles) == 1
-        assert normal_uuid(pynvml.nvmlDeviceGetUUID(next(iter(nv.handles.values())))) == normal_uuid(uuid[0])
+    props = torch.cuda.get_device_properties(index)
+    if not hasattr(props, "pci_bus_id"):
+        pytest.skip("this torch reports no PCI location of its devices")
+    with NvmlDevices(uuids=cuda_uuids([index])) as nv:
+        assert len(nv.handles) == 1, nv.missing
+        (nvml_index,) = nv.handles
+        found = pynvml.nvmlDeviceGetHandleByIndex(nvml_index)  # the board benchlib's handle is on
+        by_pci = pynvml.nvmlDeviceGetHandleByPciBusId(
+            f"{props.pci_domain_id:x}:{props.pci_bus_id:x}:{props.pci_device_id:x}.0")
+        assert normal_uuid(pynvml.nvmlDeviceGetUUID(found)) == normal_uuid(pynvml.nvmlDeviceGetUUID(by_pci))
 
 
 # ---------------------------------------------------------------- fair variants: no host sync the baseline lacks

@@ -5,10 +5,11 @@ import pathlib
 from pathlib import Path
 from types import SimpleNamespace
 
+import fakes
 import numpy as np
 import pandas as pd
-import pynvml
 import pytest
+from fakes import A100_SXM, FakeNvml, FakeProcessGroup, fake_cuda
 
 from benchlib.instruments import energy as en
 from benchlib.instruments.energy import EnergyMeter, EnergyReading, EnergyResult, energy_between, per_sample
@@ -42,38 +43,7 @@ def powercap(tmp_path, monkeypatch):
     return SimpleNamespace(root=root, pkg=pkg)
 
 
-@pytest.fixture
-def no_nvml(monkeypatch):
-    def fail():
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-
-    monkeypatch.setattr(pynvml, "nvmlInit", fail)
-
-
-class FakeEnergyNvml:
-    """GPUs with a total-energy counter (mJ); ``unsupported`` GPUs raise NotSupported like pre-Volta boards."""
-
-    def __init__(self, count: int = 2, unsupported: tuple[int, ...] = ()):
-        self.count, self.unsupported = count, unsupported
-        self.mj = {i: 10_000_000 * (i + 1) for i in range(count)}
-        self.shutdowns = 0
-
-    def install(self, monkeypatch) -> FakeEnergyNvml:
-        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlShutdown", self.shutdown)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: self.count)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: SimpleNamespace(index=i))
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", self.energy)
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        return self
-
-    def shutdown(self):
-        self.shutdowns += 1
-
-    def energy(self, h):
-        if h.index in self.unsupported:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return self.mj[h.index]
+no_nvml = fakes.no_nvml  # the one fake of a machine without NVML, as this module's fixture
 
 
 def reading(t_s: float, gpu=None, rapl=None, reasons=None) -> EnergyReading:
@@ -159,23 +129,37 @@ def test_counter_delta(start, end, max_range, expected):
 
 # ---------------------------------------------------------------- NVML counter
 
+def energy_nvml(count: int, **kwargs) -> FakeNvml:
+    """GPUs with total-energy counters of 10 MJ per GPU so far, all visible (no CUDA_VISIBLE_DEVICES)."""
+    return FakeNvml(count, energy_mj=lambda i: 10_000_000 * (i + 1), visible=None, **kwargs)
+
+
 def test_nvml_counter_difference_summed_over_gpus(monkeypatch, powercap):
-    fake = FakeEnergyNvml(count=2).install(monkeypatch)
+    fake = energy_nvml(2).install(monkeypatch)
     with EnergyMeter() as meter:
         start = meter.read()
         assert start.gpu_energy_mj == {0: 10_000_000, 1: 20_000_000}
-        fake.mj[0] += 30_000  # 30 J
-        fake.mj[1] += 45_500  # 45.5 J
+        fake.energy_mj[0] += 30_000  # 30 J
+        fake.energy_mj[1] += 45_500  # 45.5 J
         end = meter.read()
         result = meter.between(start, EnergyReading(start.t_s + 1.0, end.gpu_energy_mj, end.rapl_energy_uj))
     assert result.gpu_j == pytest.approx(75.5) and result.gpu_method == "nvml-counter"
-    assert fake.shutdowns == 1
+    assert fake.calls["shutdown"] == 1
 
 
 def test_meter_respects_gpu_indices(monkeypatch, powercap):
-    FakeEnergyNvml(count=3).install(monkeypatch)
+    energy_nvml(3).install(monkeypatch)
     with EnergyMeter(gpu_indices=[2]) as meter:
         assert set(meter.read().gpu_energy_mj) == {2}
+
+
+def test_a_gpu_without_an_energy_counter_reads_none_with_nvmls_reason(monkeypatch, powercap):
+    """Boards before Volta answer NotSupported: that GPU's reading is None and says why; the other's stands."""
+    FakeNvml(2, energy_mj=lambda i: None if i == 1 else 5_000, visible=None).install(monkeypatch)
+    with EnergyMeter() as meter:
+        start = meter.read()
+    assert start.gpu_energy_mj == {0: 5_000, 1: None}
+    assert "NVMLError_NotSupported" in start.reasons["gpu1"] and "gpu0" not in start.reasons
 
 
 def test_short_window_without_counter_change_is_unmeasurable_not_zero():
@@ -319,3 +303,59 @@ def test_the_training_energy_window_opens_at_the_first_timed_step():
                    at_timed_start=lambda: at.append(len(drawn)))
     assert at == [4], "called once, after the 3 warmup batches and the first timed one were drawn, before its step"
     assert len(result.warmup_step_s) == 3 and result.timed_samples == 5 * 4
+
+
+class _Stop(Exception):
+    """Ends a run once its inference meter is known (what follows needs a GPU's kernels)."""
+
+
+def test_under_ddp_inference_energy_counts_rank_0s_gpu_only_and_training_every_local_ranks(monkeypatch):
+    """Item 1 of issue 24: after data-parallel training rank 0 alone runs inference while the other local ranks
+    wait; a meter over every local rank's GPU would charge their idle draw to inference. The GPUs are found by
+    UUID, in an NVML order that differs from CUDA's."""
+    import torch
+    from torch import nn
+
+    from benchlib.engine.train import TrainResult
+    from benchlib.env.distributed import DistInfo
+    from benchlib.run import measure as measure_module
+    from benchlib.spec.settings import RunConfig, RunSettings
+
+    fake_cuda(monkeypatch, A100_SXM, A100_SXM)  # cuda:N has UUID GPU-fake-N
+    FakeProcessGroup(rank=0, world_size=2, initialized=True).install(monkeypatch)  # both ranks on this node
+    FakeNvml(2, uuids={0: "GPU-fake-1", 1: "GPU-fake-0"}, visible=None).install(monkeypatch)
+    made: list[EnergyMeter] = []
+
+    class Meter(EnergyMeter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    def inference(net, loaders, cfg, device, meter):
+        made.append(meter)  # the meter the inference window is read with
+        raise _Stop
+
+    def train(trainer, loader, s, per_epoch, *, at_timed_start, **kwargs):
+        at_timed_start()
+        return TrainResult(step_s=[0.1], timed_samples=4, total_samples=4)
+
+    class NoMemory:
+        def start(self):
+            return self
+
+    net = nn.Linear(2, 2)
+    built = SimpleNamespace(model=net, loaders=SimpleNamespace(train=[], test=[], test_samples=4, synthetic=True),
+                            per_epoch=1)
+    for name, stub in {"EnergyMeter": Meter, "_inference": inference, "train": train, "build": lambda *a: built,
+                       "wrap": lambda model, *a: (model, model), "Trainer": SimpleNamespace(of=lambda *a: None),
+                       "evaluate": lambda *a, **k: SimpleNamespace(), "work_columns": lambda *a: {},
+                       "PeakMemory": lambda device: NoMemory()}.items():
+        monkeypatch.setattr(measure_module, name, stub)
+    cfg = RunConfig("s", "cuda", "resnet18", 8, RunSettings.of(dataset="synthetic", telemetry=False))
+    with pytest.raises(_Stop):
+        measure_module._measure(cfg, torch.device("cuda", 0), DistInfo(0, 0, 2, "nccl"), machine="m", progress=None,
+                                ceilings=None, weights=None)
+    training, inferring, used = made
+    assert used is inferring, "inference is read with a meter of its own"
+    assert set(training.read().gpu_energy_mj) == {0, 1}, "training: both local ranks' GPUs, each busy with its share"
+    assert set(inferring.read().gpu_energy_mj) == {1}, "inference: rank 0's GPU (cuda:0, NVML's GPU 1) alone"

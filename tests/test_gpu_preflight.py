@@ -33,8 +33,23 @@ def test_a_gpu_older_than_the_builds_kernels_is_named_with_what_the_build_has(mo
     said = arch_problem(gpu_facts(0))
     assert said is not None and "\n" not in said
     assert said.startswith("cuda:0 (Tesla V100-SXM2-16GB, sm_70): this torch ")
-    assert "no kernels for sm_70 (it has sm_75 to sm_120)" in said and "get_arch_list() includes sm_70" in said
+    assert "no kernels for sm_70 (it has sm_75 to sm_120)" in said
+    assert said.endswith("install PyTorch's CUDA 12.6 build of the same torch: make install "
+                         "TORCH_INDEX=https://download.pytorch.org/whl/cu126 (in a fresh .venv), or pip install torch "
+                         "torchvision --index-url https://download.pytorch.org/whl/cu126")
     assert arch_problem(gpu_facts(1)) is None and arch_problem(gpu_facts(2)) is None
+
+
+@pytest.mark.parametrize("capability,advice", [
+    ((6, 0), "CUDA 12.6 build"),  # a P100: the legacy wheels reach back to Maxwell
+    ((5, 0), "CUDA 12.6 build"),
+    ((3, 7), "no current torch build has kernels for sm_37: use a GPU of compute capability 5.0 or newer"),
+    ((12, 1), "install a newer torch whose torch.cuda.get_arch_list() includes sm_121"),  # newer than the build
+])
+def test_the_refusal_names_the_build_that_serves_the_gpu(monkeypatch, capability, advice):
+    fake_cuda(monkeypatch, FakeGpu("some GPU", capability, 16.0), arch_list=["sm_75", "sm_80", "sm_90"])
+    said = arch_problem(gpu_facts(0))
+    assert said is not None and "\n" not in said and advice in said
 
 
 @pytest.mark.parametrize("capability,archs,runs", [
@@ -66,6 +81,33 @@ def test_compile_on_a_gpu_triton_cannot_target_is_a_reason_not_a_failure(monkeyp
     assert compile_problem(gpu_facts(0)) == ("cuda:0 (Tesla P100-PCIE-16GB, sm_60): torch.compile's triton backend "
                                              "needs compute capability 7.0+; use compile: off")
     assert compile_problem(gpu_facts(1)) is None
+
+
+def test_compile_on_a_gpu_triton_cannot_target_is_a_skipped_row_with_the_reason(monkeypatch):
+    from benchlib.engine import knobs as engine_knobs
+    from benchlib.engine.setup import check_runs
+    from benchlib.errors import SkippedConfiguration
+    from benchlib.run.outcome import failure_status
+
+    fake_cuda(monkeypatch, P100, T4)
+    monkeypatch.setattr(engine_knobs, "find_spec", lambda name: object())  # triton "installed"
+    settings = RunSettings(knobs=Knobs(compile="default"))
+    with pytest.raises(SkippedConfiguration) as raised:
+        check_runs(settings, "cuda:0")
+    assert str(raised.value) == compile_problem(gpu_facts(0))
+    assert failure_status(raised.value) == "skipped"
+    check_runs(settings, "cuda:1")  # a T4 compiles
+
+
+def test_tf32_and_bf16_ceilings_are_skipped_with_the_reason_below_capability_8(monkeypatch):
+    from benchlib.roofline.ceilings import _dtype_unsupported_reason
+
+    fake_cuda(monkeypatch, T4, A100_SXM)
+    t4 = torch.device("cuda:0")
+    assert _dtype_unsupported_reason("tf32", t4) == ("tf32 needs compute capability 8.0+ on cuda:0 (it would "
+                                                     "silently measure fp32)")
+    assert _dtype_unsupported_reason("bf16", t4) == ("no native bf16 on this cuda (it would measure slow "
+                                                     "emulation, a roof no variant runs under)")
 
 
 def test_the_ceilings_buffers_fit_the_free_memory_or_are_refused_in_one_line(monkeypatch):
@@ -124,6 +166,9 @@ def test_an_unsupported_gpu_refuses_a_run_before_any_work(monkeypatch, capsys, t
     touched: list[str] = []  # what would start work on the GPU: none of it may run before the refusal
     for name in ("set_device", "synchronize", "empty_cache", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name, **k: touched.append(_n))
+    for name in ("synchronize", "set_device_index", "set_device_idx"):  # the device-generic path (torch 2.6+)
+        if hasattr(getattr(torch, "accelerator", None), name):
+            monkeypatch.setattr(torch.accelerator, name, lambda *a, _n=name, **k: touched.append(f"accelerator.{_n}"))
     code = main(["run", "--model", "resnet18", "--device", "cuda", "--results-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "no kernels for sm_70" in err and err.count("\n") == 1, err

@@ -176,6 +176,10 @@ def test_datasheet_figures_are_dense_not_sparse() -> None:
     ("NVIDIA H100 PCIe", "NVIDIA H100 (PCIe)"),
     ("NVIDIA A100 80GB PCIe", "NVIDIA A100 (PCIe 80GB)"),
     ("NVIDIA A10", "NVIDIA A10"),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 (SXM4 40GB)"),
+    ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 (PCIe 40GB)"),
+    ("NVIDIA H100 NVL", "NVIDIA H100 (NVL)"),
+    ("NVIDIA A10G", "NVIDIA A10G"),
 ])
 def test_datasheet_for_matches_torch_device_names(torch_name: str, key: str) -> None:
     entry = rl.datasheet_for(torch_name)
@@ -184,10 +188,10 @@ def test_datasheet_for_matches_torch_device_names(torch_name: str, key: str) -> 
 
 
 @pytest.mark.parametrize("torch_name", [
-    "Some Unknown Accelerator", "AMD EPYC", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB",
-    "NVIDIA A10G",
+    "Some Unknown Accelerator", "AMD EPYC", "NVIDIA H200 NVL", "NVIDIA A30",
     "NVIDIA L40S", "NVIDIA GeForce RTX 3090 Ti", "Apple M1 Max",
-    "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb",  # a slice is not the part
+    # a slice is not the part: slice_datasheet scales the part's figures by its share
+    "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
 ])
 def test_datasheet_for_unknown_or_sibling_parts_gives_none(torch_name: str) -> None:
     assert rl.datasheet_for(torch_name) is None
@@ -238,14 +242,16 @@ def test_load_ceilings_refuses_a_missing_folder(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_ceilings_all_four_dtypes_and_tf32_flag_restored() -> None:
+def test_cuda_ceilings_every_dtype_the_gpu_has_and_tf32_flag_restored() -> None:
     before = torch.backends.cuda.matmul.allow_tf32
-    c = rl.measure_ceilings("cuda", dtypes=["fp32", "tf32", "fp16", "bf16"], matmul_size=4096,
-                            copy_bytes=256 * 2**20, repeats=3, warmup=1)
+    c = rl.measure_ceilings("cuda", matmul_size=4096, copy_bytes=256 * 2**20, repeats=3, warmup=1)
     assert torch.backends.cuda.matmul.allow_tf32 == before
     assert c.device == f"cuda:{torch.cuda.current_device()}"
     assert c.device_name == torch.cuda.get_device_name()
-    assert set(c.peak_flops_per_s) == {"fp32", "tf32", "fp16", "bf16"}
+    ampere_on = torch.cuda.get_device_capability() >= (8, 0)  # a T4 or V100 has no TF32 and no native bf16
+    expected = {"fp32", "fp16", "tf32", "bf16"} if ampere_on else {"fp32", "fp16"}
+    assert set(c.peak_flops_per_s) == expected
+    assert set(c.skipped_dtypes) == {"fp32", "tf32", "fp16", "bf16"} - expected
     assert all(_positive_finite(v) for v in c.peak_flops_per_s.values())
     assert _positive_finite(c.bandwidth_bytes_per_s)
     assert all(len(v) == 3 for v in c.samples.values())

@@ -1,6 +1,7 @@
 """Timing statistics keep their samples and derive consistent figures from them."""
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -54,18 +55,27 @@ def test_region_clock():
     assert clock.seconds >= 0.01
 
 
-@pytest.mark.parametrize(
-    "device", [pytest.param("cuda", marks=pytest.mark.gpu), pytest.param("mps", marks=pytest.mark.mps)]
-)
+def _devices_with_events() -> list:
+    """Every visible GPU (cuda:0 alone, skipped, where there is none) and MPS."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return [*(pytest.param(f"cuda:{i}", marks=pytest.mark.gpu) for i in range(max(count, 1))),
+            pytest.param("mps", marks=pytest.mark.mps)]
+
+
+@pytest.mark.parametrize("device", _devices_with_events())
 def test_step_timer_events_match_asynchronous_work(device):
-    """Asynchronous GPU work must land inside the timed region (CUDA events, MPS synchronization)."""
+    """Asynchronous GPU work must land inside the timed region, on each GPU while another one is current
+    (events recorded on the current device's stream would time launches, not the work)."""
     dev = torch.device(device)
-    timer = StepTimer(dev)
-    a = torch.randn(2048, 2048, device=dev)
-    for n in (1, 8):
-        timer.start()
-        for _ in range(n):
-            a @ a
-        timer.stop()
-    small, big = timer.collect()
+    count = torch.cuda.device_count() if dev.type == "cuda" else 1
+    current = torch.cuda.device((dev.index + 1) % count) if dev.type == "cuda" else contextlib.nullcontext()
+    with current:  # with two GPUs or more, not the timer's own
+        timer = StepTimer(dev)
+        a = torch.randn(2048, 2048, device=dev)
+        for n in (1, 8):
+            timer.start()
+            for _ in range(n):
+                a @ a
+            timer.stop()
+        small, big = timer.collect()
     assert big > 4 * small > 0

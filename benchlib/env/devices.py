@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from types import ModuleType
 
 import torch
 
@@ -54,9 +55,22 @@ def resolve_hardware(name: str) -> str:
     return name
 
 
+def accelerator() -> ModuleType | None:
+    """``torch.accelerator``, one interface to CUDA, MPS and the other backends, where this torch has it (2.6+).
+
+    None on older torch: the callers fall back to CUDA's and MPS's own calls.
+    """
+    return getattr(torch, "accelerator", None)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued work on ``device``: call at timed-region boundaries only."""
-    if device.type == "cuda":
+    if device.type == "cpu":
+        return
+    generic = accelerator()
+    if generic is not None:
+        generic.synchronize(device)
+    elif device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
@@ -113,11 +127,18 @@ def bf16_supported(device: str | torch.device) -> bool:
 
 
 def device_scope(device: torch.device) -> AbstractContextManager[object]:
-    """Make ``device`` the current CUDA device for a block: events, streams and allocations default to it.
+    """Make ``device`` the current device of its backend for a block: events, streams and allocations default
+    to it.
 
-    Without it, ``torch.cuda.Event.record()`` on ``cuda:1`` records on idle ``cuda:0`` and step times
-    become launch times.
+    Without it, an event recorded without a stream on ``cuda:1`` records on idle ``cuda:0`` and step times
+    become launch times. ``torch.accelerator.device_index`` does it for any backend from torch 2.8; before,
+    CUDA's own context (MPS has one device: nothing to choose).
     """
+    if device.type == "cpu":
+        return nullcontext()
+    generic = accelerator()
+    if generic is not None and hasattr(generic, "device_index"):
+        return generic.device_index(device.index)
     if device.type == "cuda":
         return torch.cuda.device(device)
     return nullcontext()

@@ -20,6 +20,11 @@ MIN_COPY_BYTES = 256 * 2**20
 FREE_SHARE = 0.5
 # TF32 tensor cores and native bf16 start at this compute capability (Ampere): the one place it is stated.
 TF32_BF16_CAPABILITY = (8, 0)
+# Which wheels carry kernels for which GPUs (PyTorch's CUDA support matrix, release 2.14): the CUDA 13 wheels
+# on PyPI from Turing on, the CUDA 12.6 "legacy" wheels from Maxwell to Hopper.
+DEFAULT_CUDA_LOWEST = (7, 5)
+LEGACY_CUDA_LOWEST = (5, 0)
+LEGACY_CUDA_INDEX = "https://download.pytorch.org/whl/cu126"
 
 
 def is_mig_name(name: str) -> bool:
@@ -102,8 +107,19 @@ def arch_problem(gpu: GpuFacts, arch_list: list[str] | None = None) -> str | Non
     has = f"sm_{sms[0][0]}{sms[0][1]} to sm_{sms[-1][0]}{sms[-1][1]}" if sms else ", ".join(archs)
     cuda = torch.version.cuda or "?"
     return (f"{gpu.label()}: this torch {torch.__version__} (CUDA {cuda}) has no kernels for {gpu.sm} (it has "
-            f"{has}); install a torch build whose torch.cuda.get_arch_list() includes {gpu.sm} (docs/gpu.md lists "
-            "which builds still do), or use a newer GPU")
+            f"{has}); {build_for(gpu)}")
+
+
+def build_for(gpu: GpuFacts) -> str:
+    """What to install for a GPU the default wheels leave out: PyTorch's CUDA 12.6 wheels, its "legacy" build
+    through 2.14, carry kernels for Maxwell (sm_50) to Hopper (sm_90); the CUDA 13 wheels on PyPI start at
+    Turing (sm_75). Below sm_50 no current build runs."""
+    if gpu.capability < LEGACY_CUDA_LOWEST:
+        return f"no current torch build has kernels for {gpu.sm}: use a GPU of compute capability 5.0 or newer"
+    if gpu.capability < DEFAULT_CUDA_LOWEST:
+        return (f"install PyTorch's CUDA 12.6 build of the same torch: make install TORCH_INDEX={LEGACY_CUDA_INDEX} "
+                f"(in a fresh .venv), or pip install torch torchvision --index-url {LEGACY_CUDA_INDEX}")
+    return f"install a newer torch whose torch.cuda.get_arch_list() includes {gpu.sm}"
 
 
 def precision_problem(gpu: GpuFacts, precision: str) -> str | None:

@@ -2,7 +2,8 @@
 
 A measurement keeps its raw samples; median, IQR, percentiles and the noise flag derive from them
 (the idea of ``torch.utils.benchmark.Measurement``). Timers synchronize at region boundaries only:
-CUDA (and MPS where available) steps are timed with device events read once at the end.
+CUDA and MPS steps are timed with device events read once at the end (torch's generic ``torch.Event``
+where ``torch.accelerator`` is present, else each backend's own class).
 
 A percentile is published only with a distribution-free interval from order statistics: how many
 samples fall below the true q-th percentile is binomial(n, q) whatever the distribution, so the ranks
@@ -16,12 +17,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
 from scipy import stats
 
-from ..env.devices import synchronize
+from ..env.devices import accelerator, synchronize
 
 NOISY_IQR_OVER_MEDIAN = 0.10
 CONFIDENCE = 0.95
@@ -158,47 +160,52 @@ class Samples:
 class StepTimer:
     """Times many consecutive steps on a device without a synchronize per step.
 
-    CPU work is synchronous, so a host clock per step is exact. On CUDA a pair of events is recorded
+    CPU work is synchronous, so a host clock per step is exact. On CUDA and MPS a pair of events is recorded
     around each step on the current stream of the timer's own device (not the process's current device:
     on ``cuda:1`` events recorded on ``cuda:0`` would time launches) and read after one synchronize at
-    the end of the region. On MPS events are used where torch provides them, else the step is
-    synchronized (recorded in ``sync_per_step``).
+    the end of the region. On an MPS torch without events the step is synchronized (``sync_per_step``).
     """
 
     def __init__(self, device: torch.device):
         self.device = device
         self._use_events = device.type == "cuda" or (
-            device.type == "mps" and hasattr(torch, "mps") and hasattr(torch.mps, "event")
+            device.type == "mps" and (accelerator() is not None or hasattr(torch.mps, "event"))
         )
         self.sync_per_step = device.type == "mps" and not self._use_events
-        self._pending: list[tuple[object, object]] = []
+        self._pending: list[tuple[Any, Any]] = []
         self._host: list[float] = []
         self._t0 = 0.0
-        self._start_event: object | None = None
+        self._start_event: Any = None
 
-    def _event(self) -> object:
-        if self.device.type == "cuda":
-            return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        return torch.mps.event.Event(enable_timing=True)
+    def _event(self) -> Any:
+        """A timing event recorded now on the current stream of the timer's own device.
 
-    def _record(self, event: object) -> None:
-        if self.device.type == "cuda":
-            event.record(torch.cuda.current_stream(self.device))  # type: ignore[attr-defined]
+        ``torch.Event`` where ``torch.accelerator`` is (2.6+; the generic event is older, 2.4, but served MPS
+        only later). It keeps only the device's type, so the stream of the timer's own device is named. Older
+        torch: CUDA's own event on that device's stream, or MPS's (one device, one stream).
+        """
+        generic = accelerator()
+        event: Any
+        if generic is not None:
+            event = torch.Event(device=self.device, enable_timing=True)
+            event.record(generic.current_stream(self.device))
+        elif self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            event.record(torch.cuda.current_stream(self.device))
         else:
-            event.record()  # type: ignore[attr-defined]
+            event = torch.mps.event.Event(enable_timing=True)
+            event.record()
+        return event
 
     def start(self) -> None:
         if self._use_events:
             self._start_event = self._event()
-            self._record(self._start_event)
         else:
             self._t0 = time.perf_counter()
 
     def stop(self) -> None:
         if self._use_events:
-            end = self._event()
-            self._record(end)
-            self._pending.append((self._start_event, end))
+            self._pending.append((self._start_event, self._event()))
         else:
             if self.sync_per_step:
                 synchronize(self.device)
@@ -208,7 +215,7 @@ class StepTimer:
         """Synchronize once and return every step time so far in seconds, then reset."""
         if self._use_events:
             synchronize(self.device)
-            out = [s.elapsed_time(e) / 1000.0 for s, e in self._pending]  # type: ignore[attr-defined]
+            out = [float(s.elapsed_time(e)) / 1000.0 for s, e in self._pending]
             self._pending.clear()
             return out
         out, self._host = self._host, []

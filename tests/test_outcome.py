@@ -1,0 +1,38 @@
+"""A configuration that ends without a measurement is a row saying how (oom, failed, skipped), and the study
+goes on. Fast, so the torch floor's run (`make floor-test`) takes the out-of-memory path too: torch's
+``OutOfMemoryError`` is what sets the floor at 2.5."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchlib.errors import SkippedConfiguration
+from benchlib.run import record as record_module
+from benchlib.run.outcome import error_text, failure_status
+from benchlib.spec.settings import RunConfig
+from benchlib.store.rows import read_results
+
+
+@pytest.mark.parametrize("exc,status", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
+    (MemoryError(), "oom"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried"), "oom"),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), "failed"),
+    (SkippedConfiguration("tf32 is a CUDA knob: it would be ignored on cpu"), "skipped"),
+])
+def test_each_ending_has_its_status_word(exc, status):
+    assert failure_status(exc) == status
+
+
+def test_an_out_of_memory_batch_is_a_row_and_the_study_goes_on(tmp_path, monkeypatch):
+    def out_of_memory(cfg, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    monkeypatch.setattr(record_module, "ensure_ceilings", lambda *args, **kwargs: None)
+    monkeypatch.setattr(record_module, "measure", out_of_memory)
+    row = record_module.record(RunConfig("o", "cpu", "resnet18", 4096), tmp_path, progress=None)
+    assert row is not None and row["status"] == "oom"
+    assert row["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    saved = read_results([tmp_path])
+    assert saved[["batch_size", "status"]].to_dict("records") == [{"batch_size": 4096, "status": "oom"}]
+    assert error_text(SkippedConfiguration("no room")) == "no room"
