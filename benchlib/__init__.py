@@ -38,6 +38,8 @@ _API: dict[str, str] = {
     # measure and record
     "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measure", "record": "benchlib.run.record",
     "run_pair": "benchlib.run.record", "record_profile": "benchlib.run.profile", "tune_pair": "benchlib.run.tune",
+    "measure_layers": "benchlib.run.layers", "record_layers": "benchlib.run.layers",
+    "LayerReport": "benchlib.run.layers",
     "measure_ceilings": "benchlib.roofline.ceilings", "Ceilings": "benchlib.roofline.ceilings",
     # read results back
     "read_results": "benchlib.store.rows", "ResultsLayout": "benchlib.store.layout",
@@ -46,6 +48,7 @@ __all__ = [
     "PRESETS",
     "Ceilings",
     "Knobs",
+    "LayerReport",
     "Measurement",
     "ResultsLayout",
     "RunConfig",
@@ -60,11 +63,13 @@ __all__ = [
     "load_study",
     "measure",
     "measure_ceilings",
+    "measure_layers",
     "page_line",
     "parse_search_space",
     "parse_variant",
     "read_results",
     "record",
+    "record_layers",
     "record_profile",
     "register_model",
     "run_pair",
@@ -82,6 +87,7 @@ if TYPE_CHECKING:
     from .pipeline.compare import compare
     from .pipeline.study import run_study
     from .roofline.ceilings import Ceilings, measure_ceilings
+    from .run.layers import LayerReport, measure_layers, record_layers
     from .run.measure import Measurement, measure
     from .run.preflight import load_study, settings_from_params
     from .run.profile import record_profile

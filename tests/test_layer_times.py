@@ -22,7 +22,7 @@ def _profiled_resnet18(steps: int = 3, batch: int = 8, image_size: int = 32):
     model = torchvision.models.resnet18(num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(batch, 3, image_size, image_size), torch.randint(0, 10, (batch,))
-    schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps)
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
     cycles: list = []  # the events of the active steps, handed over as the cycle ends (as run/profile.py takes them)
     with layer_ranges(leaf_modules(model)) as names, torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,

@@ -178,6 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", default="results/adhoc", help="profiles go to RESULTS_DIR/profiles/")
     p.set_defaults(func=_command("single", "cmd_profile"))
 
+    p = _sub(sub, "layers", "where one configuration's training step goes, layer by layer, against the roofline")
+    _add_config_args(p)
+    p.add_argument("--steps", type=int, default=20, metavar="N",
+                   help="profiled training steps, interleaved with as many plain ones (default 20)")
+    p.add_argument("--block", type=int, default=5, metavar="N",
+                   help="steps per block: plain and profiled blocks alternate (default 5)")
+    p.add_argument("--results-dir", default="results/adhoc",
+                   help="where the ceilings are read or measured; the table goes to RESULTS_DIR/layers/")
+    p.add_argument("--top", type=int, default=15, metavar="N", help="rows printed: the N that lose the most time")
+    p.add_argument("--json", action="store_true", help="print the table and its checks as one JSON object")
+    p.set_defaults(func=_command("layers", "cmd_layers"))
+
     p = _sub(sub, "flops", "count MACs, FLOPs (forward and training), bytes moved and intensity of a model")
     p.add_argument("--model", required=True, help=MODEL_FORMS.replace("%", "%%"))
     p.add_argument("--image-size", type=int, default=224, metavar="PX", help="input side in pixels")

@@ -86,3 +86,35 @@ def apply_threads(intra_op: int | None = None, inter_op: int | None = None) -> t
                 stacklevel=2,
             )
     return torch.get_num_threads(), torch.get_num_interop_threads()
+
+
+_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
+_SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def _size_bytes(text: str) -> int:
+    """``48K`` / ``2048K`` / ``32M`` as sysfs writes cache sizes; 0 for what it cannot read."""
+    number, unit = (text[:-1], _SIZE_UNITS[text[-1]]) if text[-1:] in _SIZE_UNITS else (text, 1)
+    return int(number) * unit if number.isdigit() else 0
+
+
+def last_level_cache_bytes(cache_dir: str = _CACHE_DIR) -> int | None:
+    """The size of the CPU's last-level cache as Linux describes it (None elsewhere): tensors that fit in it
+    move faster than the DRAM bandwidth the roofline assumes."""
+    best: tuple[int, int] | None = None
+    try:
+        entries = sorted(os.listdir(cache_dir))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(os.path.join(cache_dir, entry, "level")) as f:
+                level = int(f.read().strip())
+            with open(os.path.join(cache_dir, entry, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        size = _size_bytes(text)
+        if size and (best is None or level > best[0]):
+            best = (level, size)
+    return best[1] if best else None

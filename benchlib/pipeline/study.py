@@ -173,7 +173,7 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
             n = refresh_roofs(paths.results.root, machine, torch.device(now.device), now)
             _log(f"the roof rose ({what}): {n} row(s) placed under it again")
     profiles_failed = 0
-    if cfg.profile:
+    if cfg.profile or cfg.layers:
         for hardware, model in pairs:
             profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s)
     rows = read_results([paths.results.root])
@@ -242,16 +242,24 @@ def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPat
 
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,
                   cell_timeout_s: int | None) -> bool:
-    """Run the profile notebook for one pair at its first batch size (skipped when already profiled)."""
+    """Run the profile notebook for one pair at its first batch size: the torch.profiler tables (``profile``)
+    and the per-layer table (``layers``, CPU only), each skipped when already recorded."""
     run = RunConfig(cfg.study, hardware, model, cfg.batch_sizes[0], cfg.settings)
-    if (paths.results.profile_dir(machine_name(), run.run_id) / "profile.json").exists():
+    machine = machine_name()
+    torch_profile = cfg.profile and not (paths.results.profile_dir(machine, run.run_id) / "profile.json").exists()
+    layers = cfg.layers and not paths.results.layers_path(machine, run.run_id).exists()
+    if cfg.layers and layers and torch.device(resolve_hardware(hardware)).type != "cpu":
+        _log(f"layers {hardware} / {model}: not measured (per-layer times are attributed on CPU only)")
+        layers = False
+    if not (torch_profile or layers):
         _log(f"profile {hardware} / {model}: already recorded, skipped")
         return True
-    _log(f"profile {hardware} / {model} (batch {run.batch_size})")
+    what = " and ".join(w for w, on in (("profile", torch_profile), ("layers", layers)) if on)
+    _log(f"{what} {hardware} / {model} (batch {run.batch_size})")
     out = paths.reports.profiles_dir / pair_notebook_name(hardware, model)
     params = {k: v for k, v in pair_params(cfg, hardware, model, paths).items()
               if k not in ("batch_sizes", *GRID_ONLY)}
-    params["batch_size"] = run.batch_size
+    params.update(batch_size=run.batch_size, torch_profile=torch_profile, layers=layers)
     try:
         execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
                 label=f"profile {hardware} / {model}", kernel_env=PROFILE_KERNEL_ENV)

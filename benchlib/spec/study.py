@@ -52,6 +52,8 @@ GRID_KEYS: dict[str, str] = {
                "in a fresh process; or auto (or {until_pct: 3, max_runs: 10, max_minutes: 10}): add rounds until "
                "every figure and ratio is known within ±until_pct% or a budget is spent",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
+    "layers": "true or false: also measure each pair's training step layer by layer against the roofline (benchlib "
+              "layers) at its first batch size, on CPU",
     "calibrate": "true (default) or false: measure this machine's run-to-run noise floor at the start (benchlib "
                  "calibrate; reused while fresh), so comparisons of one run a side can be judged",
     "interleave": "true (default) or false: run a pair's configurations in rounds (seed, then batch size), every "
@@ -178,6 +180,7 @@ class StudyConfig:
     interleave: bool = True
     calibrate: bool = True  # the machine's noise floor measured (or a fresh one reused) at the start
     auto_repeats: AutoRepeats | None = None  # repeats: auto (then ``repeats`` is its max_runs)
+    layers: bool = False  # each pair's step layer by layer (benchlib layers) at its first batch size
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
@@ -343,7 +346,7 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
                        variants, _flag(raw, "interleave", where, default=True),
-                       _flag(raw, "calibrate", where, default=True), auto)
+                       _flag(raw, "calibrate", where, default=True), auto, _flag(raw, "layers", where))
 
 
 def read_study_file(path: str | Path) -> Any:

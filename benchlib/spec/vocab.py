@@ -87,3 +87,5 @@ ELEMENT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # The row of a per-layer table for what no leaf module holds (the loss, a residual add, the optimizer): the
 # time and FLOPs counters both name it so, and they join on it.
 UNATTRIBUTED_LAYER = "(unattributed)"
+# The row of the optimizer's step, one for all parameters (it updates them all in one call).
+OPTIMIZER_LAYER = "(optimizer)"

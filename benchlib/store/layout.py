@@ -136,6 +136,13 @@ class ResultsLayout:
     def profile_dir(self, machine: str, run_id: str) -> Path:
         return self.root / "profiles" / row_key(machine, run_id)
 
+    def layers_path(self, machine: str, run_id: str) -> Path:
+        """One configuration's per-layer table and its checks (``benchlib layers``), as JSON."""
+        return self.root / "layers" / f"{row_key(machine, run_id)}.json"
+
+    def layers_files(self) -> list[Path]:
+        return sorted(self.root.glob("layers/*.json"))
+
     def profile_meta_files(self) -> list[Path]:
         return sorted(self.root.glob("profiles/*/profile.json"))
 

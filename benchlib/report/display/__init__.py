@@ -1,3 +1,3 @@
-"""What notebooks and pages show: tables as HTML (``show``), the summary notebook's sections
-(``summary``), the pair and tune notebooks' (``pair``), the pair and profile pages' (``pages``), a
+"""What notebooks and pages show: tables as HTML (``show``), the summary notebook's sections (``summary``), the
+pair and tune notebooks' (``pair``), the pair and profile pages' (``pages``), per-layer pages (``layers``), a
 ``benchmark`` result at a glance (``glance``) and the index of published reports (``site``)."""

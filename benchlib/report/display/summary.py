@@ -25,11 +25,13 @@ from ..figures import charts, profile, style
 from ..figures import roofline as roofline_figures
 from ..figures.telemetry import telemetry_timeline
 from ..findings import caveats, key
+from ..readback.layers import load_layer_reports
 from ..readback.manifests import manifest_table
 from ..readback.profiles import load_profiles
 from ..tables import comparisons, headline, summaries
 from ..words import fmt
 from . import show
+from .layers import layers as layers  # the notebook's "Layer by layer" section, beside the others
 
 INTERVAL_NOTE = ("the 95% bootstrap interval of the ratio of medians and a verdict (faster/slower when the "
                  "interval excludes 1 and the change is at least 2%, else same; unknown with one sample a side). "
@@ -77,7 +79,8 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
 
 def key_findings(df: pd.DataFrame, results_dirs: Iterable[str]) -> Markdown:
     """Warnings, then what the data says per question the study asked, then what it did not run."""
-    return Markdown(key.as_markdown(key.key_findings(df, load_profiles(results_dirs))))
+    dirs = list(results_dirs)
+    return Markdown(key.as_markdown(key.key_findings(df, load_profiles(dirs), layers=load_layer_reports(dirs))))
 
 
 def results(df: pd.DataFrame) -> None:

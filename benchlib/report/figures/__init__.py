@@ -1,3 +1,3 @@
-"""Every figure (matplotlib), each also saved as a PNG: the shared style (``style``), charts of
-measured figures (``charts``), profiles (``profile``), telemetry (``telemetry``) and rooflines
-(``roofline``)."""
+"""Every figure (matplotlib), each also saved as a PNG: the shared style (``style``), charts of measured figures
+(``charts``), profiles (``profile``), telemetry (``telemetry``), rooflines (``roofline``) and per-layer
+rooflines (``layers``)."""

@@ -12,7 +12,7 @@ import pandas as pd
 from ..evidence.samples import SampleFiles, SampleReader
 from .caveats import failures, measured_rows, not_run, warnings
 from .claims import batch_sizes, devices, models, scaling, variants
-from .work import roofline_sentences, time_sentences
+from .work import layer_sentences, roofline_sentences, time_sentences
 
 
 @dataclass
@@ -33,8 +33,9 @@ class Findings:
 
 
 def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
-                 reader: SampleReader | None = None) -> Findings:
-    """Every finding the rows (and saved profiles) support; sections without data are left out."""
+                 reader: SampleReader | None = None, layers: Sequence[Mapping[str, Any]] = ()) -> Findings:
+    """Every finding the rows (and saved profiles and per-layer tables) support; sections without data are
+    left out."""
     out = Findings(warnings=warnings(df) if not df.empty else [])
     if df.empty:
         out.not_run = ["no configuration was measured"]
@@ -47,7 +48,8 @@ def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
     out.add("Batch size", batch_sizes(df, reader))
     out.add("Scaling", scaling(df, reader))
     out.add("Roofline", roofline_sentences(good))
-    out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1)))
+    out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1))
+            + layer_sentences(layers))
     out.add("Failed and skipped", failures(df))
     out.not_run = not_run(df, profiles)
     return out

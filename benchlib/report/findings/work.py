@@ -13,6 +13,7 @@ import pandas as pd
 
 from ...instruments.profiler import BREAKDOWN_CATEGORIES
 from ...store.schema import finite_float
+from ..tables import layers as layer_tables
 from ..words import fmt
 
 CATEGORY_WORDS = {"data_loading": "data loading", "memcpy": "memory copies", "compute": "compute",
@@ -113,4 +114,32 @@ def time_sentences(profiles: Sequence[Mapping[str, Any]], with_machine: bool | N
         text = f"{p['model']} on {device} (bs{p['batch_size']}): {parts} of the profiled step time"
         top = _top_operator(p, step_us)
         lines.append(text + (f"; {top}." if top else "."))
+    return lines
+
+
+PHASE_WORDS = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}
+
+
+def layer_sentences(reports: Sequence[Mapping[str, Any]], groups: int = 2) -> list[str]:
+    """Per saved per-layer report: the step the roofline predicts against the measured one, and the
+    ``groups`` (kind, phase) groups of layers that lose the most time against their roof."""
+    lines = []
+    for r in reports:
+        table = r.get("table")
+        step_s, predicted = finite_float(r.get("step_s")), finite_float(r.get("predicted_step_s"))
+        if not isinstance(table, pd.DataFrame) or table.empty or not step_s or predicted is None:
+            continue
+        phase_s = table.groupby("phase")["time_s"].sum()
+        parts = []
+        for g in layer_tables.by_kind(table).head(groups).itertuples():
+            of_phase = g.time_s / phase_s[g.phase] if phase_s.get(g.phase) else None
+            parts.append(f"{g.kind} {PHASE_WORDS.get(g.phase, g.phase)} ({g.layers} layer(s), {g.bound}-bound) takes "
+                         f"{fmt.percent_text(of_phase)} of the {PHASE_WORDS.get(g.phase, g.phase)} at "
+                         f"{fmt.percent_text(g.roof_fraction)} of its roof")
+        coverage = finite_float(r.get("coverage"))
+        text = (f"{r.get('model')} on {r.get('device')} (bs{r.get('batch_size')}), layer by layer: the roofline "
+                f"predicts a {fmt.seconds_text(predicted)} step against {fmt.seconds_text(step_s)} measured "
+                f"(efficiency {fmt.percent_text(predicted / step_s)}; the layers hold "
+                f"{fmt.percent_text(coverage)} of the step; medians of {r.get('steps')} profiled steps)")
+        lines.append(text + (". Most time lost against the roof: " + "; ".join(parts) + "." if parts else "."))
     return lines

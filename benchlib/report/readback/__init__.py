@@ -1,2 +1,2 @@
-"""Saved artefacts read back for a report: profiles (``profiles``), Optuna tuning studies with their
-figures (``tuning``), the environment manifests (``manifests``)."""
+"""Saved artefacts read back for a report: profiles (``profiles``), per-layer tables (``layers``), Optuna tuning
+studies with their figures (``tuning``), the environment manifests (``manifests``)."""

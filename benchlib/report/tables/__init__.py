@@ -1,2 +1,2 @@
-"""Tables as DataFrames: the headline (``headline``), ratios with their intervals (``comparisons``),
-and the summary's other tables (``summaries``). No rendering."""
+"""Tables as DataFrames: the headline (``headline``), ratios with their intervals (``comparisons``), per-layer
+tables (``layers``) and the summary's other tables (``summaries``). No rendering."""

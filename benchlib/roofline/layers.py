@@ -1,0 +1,91 @@
+"""Each layer of a training step on the roofline: its work, its time, the time its roof allows, and the
+step the roofs predict.
+
+Pure arithmetic over three inputs measured elsewhere: the time of each (layer, phase) per profiled step
+(``instruments.layer_times``), its FLOPs and memory traffic (``nets.layer_work``) and the machine's
+ceilings. A layer's *roof time* is the least time the roofline allows its work, max(FLOPs / peak,
+bytes / bandwidth); its ``roof_fraction`` is roof time over measured time, which is achieved FLOP/s over
+the roof at its intensity for a layer with FLOPs, and achieved bandwidth over the roof for one without
+(a batch norm or a ReLU does arithmetic no counter counts, so its intensity reads 0). The sum of the roof
+times is the step the roofline predicts; predicted over measured is the configuration's efficiency.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import pandas as pd
+
+from .model import ABOVE_ROOF_TOLERANCE
+
+LAYER_COLUMNS = ("layer", "kind", "phase", "calls", "flops", "bytes", "intensity_flops_per_byte", "time_s",
+                 "achieved_flops_per_s", "roof_flops_per_s", "roof_time_s", "roof_fraction", "bound", "share",
+                 "above_roof", "cache_resident")
+# What no layer holds is shown, never placed: the loss, residual adds, waiting; it has no work counted here.
+UNPLACED_PHASE = "other"
+
+
+def median_per_step(per_step: list[pd.DataFrame]) -> pd.DataFrame:
+    """(layer, phase, calls, time_us) per profiled step -> one row per (layer, phase): the median time over
+    the steps (a layer a step did not run counts 0 there) and the calls of one step."""
+    if not per_step:
+        return pd.DataFrame(columns=["layer", "phase", "calls", "time_us"])
+    keys = sorted({(r.layer, r.phase) for t in per_step for r in t.itertuples()})
+    rows = []
+    for layer, phase in keys:
+        times, calls = [], []
+        for t in per_step:
+            hit = t[(t["layer"] == layer) & (t["phase"] == phase)]
+            times.append(float(hit["time_us"].sum()))
+            calls.append(int(hit["calls"].sum()))
+        rows.append({"layer": layer, "phase": phase, "calls": int(pd.Series(calls).median()),
+                     "time_us": float(pd.Series(times).median())})
+    return pd.DataFrame(rows)
+
+
+def roof_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
+    """The least time the roofline allows this work: the slower of doing its FLOPs and moving its bytes."""
+    return max(flops / peak_flops_per_s, bytes_moved / bandwidth_bytes_per_s)
+
+
+def layer_roofline(times: pd.DataFrame, flops: Mapping[tuple[str, str], int],
+                   bytes_moved: Mapping[tuple[str, str], float], kinds: Mapping[str, str], *,
+                   step_s: float, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+                   cache_bytes: int | None = None) -> pd.DataFrame:
+    """One row per (layer, phase) of ``times`` (median seconds a step, ``median_per_step``), in
+    ``LAYER_COLUMNS``: its work, where it sits against the roof, and its share of ``step_s``.
+
+    ``bound`` is which roof caps the layer (``compute`` at or right of the ridge, ``memory`` left of it);
+    ``above_roof`` flags a layer faster than its roof allows (a counting or timing error, or a working set
+    of at most ``cache_bytes`` that the last-level cache serves faster than DRAM: ``cache_resident``).
+    Rows without counted work (the unattributed rest) keep their time and share and place nothing.
+    """
+    ridge = peak_flops_per_s / bandwidth_bytes_per_s
+    rows = []
+    for r in times.itertuples():
+        key = (str(r.layer), str(r.phase))
+        time_s = float(r.time_us) / 1e6
+        row: dict[str, object] = {"layer": key[0], "kind": kinds.get(key[0], ""), "phase": key[1],
+                                  "calls": int(r.calls), "time_s": time_s,
+                                  "share": time_s / step_s if step_s > 0 else math.nan}
+        if key in flops or key in bytes_moved:
+            f, b = float(flops.get(key, 0)), float(bytes_moved.get(key, 0.0))
+            intensity = f / b if b > 0 else math.nan
+            roof_s = roof_time_s(f, b, peak_flops_per_s, bandwidth_bytes_per_s)
+            fraction = roof_s / time_s if time_s > 0 else math.nan
+            per_call_bytes = b / max(int(r.calls), 1)
+            row.update(flops=f, bytes=b, intensity_flops_per_byte=intensity,
+                       achieved_flops_per_s=f / time_s if time_s > 0 else math.nan,
+                       roof_flops_per_s=(min(peak_flops_per_s, intensity * bandwidth_bytes_per_s)
+                                         if f > 0 and b > 0 else math.nan),
+                       roof_time_s=roof_s, roof_fraction=fraction,
+                       bound="compute" if f > 0 and intensity >= ridge else "memory",
+                       above_roof=bool(fraction > ABOVE_ROOF_TOLERANCE),
+                       cache_resident=bool(cache_bytes is not None and per_call_bytes <= cache_bytes))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(LAYER_COLUMNS))
+
+
+def predicted_step_s(table: pd.DataFrame) -> float:
+    """The step the roofline predicts: the sum of the placed rows' roof times (the unplaced rest counts 0)."""
+    return float(pd.to_numeric(table["roof_time_s"], errors="coerce").fillna(0.0).sum())

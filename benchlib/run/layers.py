@@ -1,0 +1,215 @@
+"""Where one configuration's training step goes, layer by layer, against the roofline (``benchlib layers``).
+
+Blocks of plain steps alternate with blocks of profiled ones, so the machine's drift reaches both alike: the
+plain steps give the step time every share and the coverage are measured against; the profiled ones give
+each layer's time (``instruments.layer_times``: a profiler range per leaf module for the forward, autograd's
+sequence numbers for the backward, no synchronize per layer) and show what profiling costs. The work of each
+layer is counted once (``nets.layer_work``) and placed under this machine's ceilings
+(``roofline.layers``). Times are the host's: on a CPU the host runs the layers; on a GPU the ranges hold
+the launches, so a GPU table is refused until kernels are attributed per module.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from ..engine.setup import build, check_runs, configuration, wrap
+from ..engine.step import Trainer, make_optimizer, train_step
+from ..env.devices import resolve_hardware, synchronize
+from ..env.manifest import machine_name
+from ..env.threads import last_level_cache_bytes
+from ..errors import ConfigError
+from ..instruments.layer_times import layer_ranges, layer_times, phase_time_us
+from ..instruments.profiler import StepSpans, step_spans
+from ..nets.counters import count_train_per_sample, leaf_modules
+from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_layer_work
+from ..roofline.cache import ensure_ceilings
+from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s
+from ..roofline.model import roof_dtype
+from ..spec.settings import RunConfig
+from ..store.atomic import atomic_write_json
+from ..store.layout import ResultsLayout
+from .profile import _cycle
+
+ProgressFn = Callable[[str], None]
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+OVERHEAD_LIMIT = 1.15  # a profiled step more than this much slower than a plain one: its shares are doubtful
+
+
+@dataclass
+class LayerReport:
+    """The per-layer table of one configuration and the whole-step figures it is checked against."""
+
+    run_id: str
+    table: pd.DataFrame
+    step_s: float  # median plain step
+    instrumented_step_s: float  # median profiled step, timed the same way
+    coverage: float  # the layers' time (optimizer included) over the plain step
+    predicted_step_s: float
+    flops_total: float  # the layers' and the unattributed row's FLOPs, the optimizer's left out
+    model_flops: float  # the model's counted training FLOPs at this batch
+    roof_dtype: str
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    element_bytes: int
+    steps: int
+    about: dict[str, Any] = field(default_factory=dict)  # study, model, hardware, batch size, image size, machine
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def efficiency(self) -> float:
+        """The roofline's step over the measured one: 1.0 would be every layer on its roof."""
+        return self.predicted_step_s / self.step_s if self.step_s > 0 else math.nan
+
+    @property
+    def overhead(self) -> float:
+        return self.instrumented_step_s / self.step_s if self.step_s > 0 else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        """What the saved file holds: the rows under ``layers``, the checks beside them; NaN as null."""
+        layers = [{k: _finite(v) for k, v in r.items()} for r in self.table.to_dict("records")]
+        figures = {"coverage": self.coverage, "step_s": self.step_s,
+                "instrumented_step_s": self.instrumented_step_s, "overhead": self.overhead,
+                "predicted_step_s": self.predicted_step_s, "efficiency": self.efficiency,
+                "flops_total": self.flops_total, "model_flops": self.model_flops, "roof_dtype": self.roof_dtype,
+                "peak_flops_per_s": self.peak_flops_per_s, "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "element_bytes": self.element_bytes}
+        return {"run_id": self.run_id, **self.about, "layers": layers, **{k: _finite(v) for k, v in figures.items()},
+                "steps": self.steps, "notes": self.notes}
+
+
+def _finite(value: Any) -> Any:
+    """A value JSON can hold: NaN and infinities as None, numpy scalars as Python's."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _step_rows(events: list[Any], span: StepSpans) -> pd.DataFrame:
+    """One profiled step's rows: each layer and phase, the optimizer, and the rest of the step."""
+    layers = layer_times(events, [span])
+    optimizer_us = phase_time_us([span], "optimizer_step")
+    rest_us = max(0.0, span.step_time_us - float(layers["time_us"].sum()) - optimizer_us)
+    extra = pd.DataFrame([{"layer": OPTIMIZER, "phase": "optimizer", "calls": 1, "time_us": optimizer_us},
+                          {"layer": UNATTRIBUTED, "phase": "other", "calls": 1, "time_us": rest_us}])
+    return pd.concat([layers, extra], ignore_index=True)
+
+
+class _Steps:
+    """Training steps of one configuration, each timed by the host clock around a synchronize."""
+
+    def __init__(self, trainer: Trainer, batches: Iterator[Any], device: torch.device) -> None:
+        self.trainer, self.batches, self.device = trainer, batches, device
+
+    def one(self) -> float:
+        with record_function("data_wait"):
+            x, y = next(self.batches)
+        start = time.perf_counter()
+        train_step(self.trainer, x, y, region=record_function)
+        synchronize(self.device)
+        return time.perf_counter() - start
+
+
+def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
+                   progress: ProgressFn | None = None) -> LayerReport:
+    """Profile ``steps`` training steps of ``cfg`` in blocks of ``block``, interleaved with as many plain
+    steps, and place each layer on the roofline of this machine's ceilings (measured into ``results_dir``
+    when missing)."""
+    if steps < 1 or block < 1:
+        raise ConfigError(f"layers: steps {steps} and block {block}; allowed: integers >= 1")
+    s = cfg.settings
+    if s.knobs.compile != "off":
+        raise ConfigError("layers: a compiled model runs fused kernels that no layer owns; allowed: compile: off")
+    device = torch.device(resolve_hardware(cfg.hardware))
+    if device.type != "cpu":
+        raise ConfigError(f"layers: on {device.type} the profiled ranges hold kernel launches, not the layers' "
+                          "device time, which is not attributed per module yet; allowed: --device cpu")
+    check_runs(s, str(device))
+    say = progress or (lambda msg: None)
+    ceilings = ensure_ceilings(results_dir, device, progress)
+    with configuration(device, s):
+        built = build(cfg, device, cfg.batch_size)
+        net, _ = wrap(built.model, s, device)
+        trainer = Trainer.of(net, built.model, s, device)
+        net.train()
+        batches = _cycle(built.loaders.train)
+        runner = _Steps(trainer, batches, device)
+        for _ in range(max(1, s.warmup_steps)):
+            runner.one()
+        plain: list[float] = []
+        profiled: list[float] = []
+        cycles: list[list[Any]] = []
+        while len(profiled) < steps:
+            n = min(block, steps - len(profiled))
+            plain += [runner.one() for _ in range(n)]
+            with layer_ranges(leaf_modules(built.model)), profile(
+                    activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
+                    on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
+                for i in range(n + 1):  # the first step warms the profiler up and is dropped
+                    took = runner.one()
+                    if i:
+                        profiled.append(took)
+                    prof.step()
+            say(f"layers: {len(profiled)}/{steps} profiled steps")
+        x, _ = next(batches)
+    per_step = [_step_rows(events, span) for events in cycles for span in step_spans(events)]
+    times = median_per_step(per_step)
+    dtype = roof_dtype(s.knobs.precision, device.type, bool(s.knobs.tf32))
+    element_bytes = ELEMENT_BYTES[dtype]
+    classes = built.loaders.num_classes
+    sample = x.detach().to("cpu", torch.float32)
+    work = count_layer_work(built.model, sample, classes,
+                            optimizer=lambda m: make_optimizer(m, s, torch.device("cpu")))
+    model_flops = count_train_per_sample(built.model, sample, classes)[0] * sample.shape[0]
+    kinds = {name: type(m).__name__ for name, m in leaf_modules(built.model).items()}
+    kinds[OPTIMIZER] = type(trainer.optimizer).__name__
+    step_s = statistics.median(plain)
+    peak, bandwidth = ceilings.peak_flops_per_s[dtype], ceilings.bandwidth_bytes_per_s
+    cache_bytes = last_level_cache_bytes()
+    table = layer_roofline(times, work.flops, {k: v * element_bytes for k, v in work.elements.items()}, kinds,
+                           step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
+                           cache_bytes=cache_bytes)
+    placed = table[table["layer"] != UNATTRIBUTED]
+    report = LayerReport(
+        run_id=cfg.run_id, table=table, step_s=step_s, instrumented_step_s=statistics.median(profiled),
+        coverage=float(placed["time_s"].sum()) / step_s, predicted_step_s=predicted_step_s(table),
+        flops_total=float(sum(f for (layer, _), f in work.flops.items() if layer != OPTIMIZER)),
+        model_flops=float(model_flops), roof_dtype=dtype, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
+        element_bytes=element_bytes, steps=len(per_step),
+        about={"study": cfg.study, "model": cfg.model, "hardware": cfg.hardware, "device": str(device),
+               "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
+               "machine": machine_name(), "cache_bytes": cache_bytes})
+    report.notes += _notes(report)
+    return report
+
+
+def record_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
+                  progress: ProgressFn | None = None) -> tuple[LayerReport, Path]:
+    """``measure_layers`` and its table saved (atomically) under the results folder's ``layers/``."""
+    report = measure_layers(cfg, results_dir, steps=steps, block=block, progress=progress)
+    path = ResultsLayout.of(results_dir).layers_path(machine_name(), cfg.run_id)
+    atomic_write_json(path, report.to_json())
+    return report, path
+
+
+def _notes(r: LayerReport) -> list[str]:
+    notes = [f"times: median over {r.steps} profiled steps (host clock); shares and coverage over the median of "
+             f"{r.steps} plain steps interleaved with them",
+             "bytes: what every op reads (its tensor inputs) and writes (its results and the inputs it changes in "
+             "place) once each, at the run's element size: the traffic of a cache that keeps nothing, so a layer "
+             "whose tensors fit in the last-level cache (cache_resident) can beat the DRAM roof"]
+    if r.overhead > OVERHEAD_LIMIT:
+        notes.append(f"a profiled step took {r.overhead:.2f}x a plain one (over {OVERHEAD_LIMIT}x): the layers' "
+                     "times include the profiler's cost")
+    if r.model_flops > 0 and abs(r.flops_total / r.model_flops - 1) > 0.01:
+        notes.append(f"the layers' FLOPs are {r.flops_total / r.model_flops:.3f}x the model's counted training "
+                     "FLOPs (expected within 1%)")
+    return notes
