@@ -313,17 +313,18 @@ def test_cached_ceilings_of_another_device_or_torch_are_measured_again(tmp_path,
     def fake_measure(device, **kw):
         measured.append(device)
         return Ceilings(str(device), cache.device_name(device), peak_flops_per_s={"fp32": 1e11},
-                        bandwidth_bytes_per_s=1e10, torch=torch.__version__)
+                        bandwidth_bytes_per_s=1e10, torch=torch.__version__, matmul_flops_per_s={"fp32": 9e10},
+                        conv_flops_per_s={"fp32": 1e11})
 
     monkeypatch.setattr(cache, "measure_ceilings_robust", fake_measure)
     first = cache.ensure_ceilings(tmp_path, "cpu")
     assert cache.ensure_ceilings(tmp_path, "cpu").peak_flops_per_s == first.peak_flops_per_s and len(measured) == 1
     path = next((tmp_path / "ceilings").glob("*.json"))
-    for stale in ({"device_name": "Another CPU"}, {"torch": "1.0.0"}):
+    for stale in ({"device_name": "Another CPU"}, {"torch": "1.0.0"}, {"conv_flops_per_s": {}}):
         path.write_text(json.dumps({**json.loads(path.read_text()), **stale}))
         with pytest.warns(UserWarning, match="re-measuring ceilings"):
             cache.ensure_ceilings(tmp_path, "cpu")
-    assert len(measured) == 3
+    assert len(measured) == 4
 
 
 # ---------------------------------------------------------------- 14. eager fallback is said, not silent

@@ -56,8 +56,8 @@ def test_every_leaf_has_a_forward_and_the_parametrized_ones_a_backward(profiled)
     with_weights = {n for n, m in leaf_modules(model).items() if any(p.requires_grad for p in m.parameters())}
     assert with_weights <= backward, sorted(with_weights - backward)
     # the downsample branch's 1x1 convolution is credited with its own backward, not the main branch's
-    conv = times.set_index(["layer", "phase"])["time_us"]
-    assert conv[("layer2.0.downsample.0", "backward")] < conv[("layer2.0.conv2", "backward")]
+    calls = times.set_index(["layer", "phase"])["calls"]
+    assert calls[("layer2.0.downsample.0", "backward")] == calls[("layer2.0.conv2", "backward")] == len(spans)
     relu = times[(times["layer"] == "layer1.0.relu") & (times["phase"] == "forward")]
     assert int(relu["calls"].iloc[0]) == 2 * 3, "a ReLU reused in a block: two ranges per step"
 
@@ -80,3 +80,37 @@ def test_the_hooks_go_when_the_block_ends():
     with layer_ranges(leaf_modules(model)) as names:
         assert names == ["0", "1"] and model[0]._forward_pre_hooks
     assert not model[0]._forward_pre_hooks and not model[0]._forward_hooks
+
+
+def _event(name, start, end, *, device_us=0.0, seq=-1, thread=1, fwd_thread=None):
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    return SimpleNamespace(name=name, device_type=DeviceType.CPU, is_async=False, thread=thread, sequence_nr=seq,
+                           fwd_thread=fwd_thread, time_range=SimpleNamespace(start=start, end=end),
+                           device_time_total=device_us)
+
+
+def test_on_a_gpu_a_layer_takes_the_kernels_launched_under_its_range_not_the_launch_time():
+    """A GPU step as torch.profiler reports it (faked: no GPU here): each range's host time is the launch, its
+    ``device_time_total`` the kernels it launched; the backward's kernels sit under the evaluate_function event
+    whose sequence number the forward op recorded."""
+    from benchlib.instruments.layer_times import BACKWARD_PREFIX, region_device_us
+    from benchlib.instruments.profiler import StepSpans
+
+    events = [
+        _event("ProfilerStep#1", 0, 1000),
+        _event("layer::conv", 10, 20, device_us=300.0), _event("aten::conv2d", 11, 19, seq=7),
+        _event("layer::fc", 30, 35, device_us=40.0), _event("aten::addmm", 31, 34, seq=9),
+        _event(BACKWARD_PREFIX + "AddmmBackward0", 50, 55, device_us=80.0, seq=9, thread=2, fwd_thread=1),
+        _event(BACKWARD_PREFIX + "ConvolutionBackward0", 60, 70, device_us=600.0, seq=7, thread=2, fwd_thread=1),
+        _event("optimizer_step", 80, 90, device_us=120.0),
+    ]
+    spans = [StepSpans(1, 0, 1000)]
+    on_device = layer_times(events, spans, device=True).set_index(["layer", "phase"])["time_us"]
+    assert on_device.to_dict() == {("conv", "forward"): 300.0, ("fc", "forward"): 40.0, ("fc", "backward"): 80.0,
+                                   ("conv", "backward"): 600.0}
+    on_host = layer_times(events, spans).set_index(["layer", "phase"])["time_us"]
+    assert on_host[("conv", "forward")] == 10.0 and on_host[("conv", "backward")] == 10.0  # the launches only
+    assert region_device_us(events, spans, "optimizer_step") == 120.0

@@ -9,7 +9,7 @@ import torch
 from benchlib.errors import SkippedConfiguration
 from benchlib.run import record as record_module
 from benchlib.run.outcome import error_text, failure_status
-from benchlib.spec.settings import RunConfig
+from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.store.rows import read_results
 
 
@@ -36,3 +36,32 @@ def test_an_out_of_memory_batch_is_a_row_and_the_study_goes_on(tmp_path, monkeyp
     saved = read_results([tmp_path])
     assert saved[["batch_size", "status"]].to_dict("records") == [{"batch_size": 4096, "status": "oom"}]
     assert error_text(SkippedConfiguration("no room")) == "no room"
+
+
+@pytest.mark.parametrize("quantization,copies", [("static_int8", 2), ("none", 0)])
+def test_a_quantized_model_is_timed_at_each_batch_on_a_copy_first_served_that_batch(monkeypatch, quantization, copies):
+    """The x86 engine's kernels keep a fast path for the first input shape they run (nets.quantize.unserved_copy):
+    an int8 model evaluated at batch 32 and then timed at batch 1 measured 1.0x fp32 where a model served at
+    batch 1 runs 2.3x. So each latency series runs on a fresh copy whose every call is at its own batch."""
+    from conftest import TINY
+
+    from benchlib.run import measure as measure_module
+
+    made: list[list[int]] = []
+
+    def recording_copy(model):
+        copy = real(model)
+        seen: list[int] = []
+        copy.register_forward_pre_hook(lambda m, args: seen.append(int(args[0].shape[0])))
+        made.append(seen)
+        return copy
+
+    real = measure_module.unserved_copy
+    monkeypatch.setattr(measure_module, "unserved_copy", recording_copy)
+    settings = RunSettings.of(**{**TINY, "quantization": quantization, "latency_budget_s": 0})
+    measured = measure_module.measure(RunConfig("q", "cpu", "squeezenet1_1", 8, settings))
+    assert measured is not None and measured.row["status"] == "ok"
+    assert len(made) == copies
+    if copies:
+        batch_1, batch_n = made
+        assert set(batch_1) == {1} and set(batch_n) == {8}, (batch_1[:5], batch_n[:5])

@@ -16,7 +16,7 @@ import torch
 from benchlib import roofline as rl
 from benchlib.roofline import ceilings as rl_ceilings
 
-SMALL = {"matmul_size": 256, "copy_bytes": 8 * 2**20, "repeats": 3, "warmup": 1}
+SMALL = {"matmul_size": 256, "copy_bytes": 8 * 2**20, "conv_shape": (2, 32, 16), "repeats": 3, "warmup": 1}
 PEAK_FLOPS_PER_S = 100e12
 BANDWIDTH_BYTES_PER_S = 2e12
 RIDGE = PEAK_FLOPS_PER_S / BANDWIDTH_BYTES_PER_S  # 50 FLOP/byte
@@ -50,13 +50,17 @@ def test_cpu_ceilings_are_finite_positive_and_complete(cpu_ceilings: rl.Ceilings
 
 def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: rl.Ceilings) -> None:
     c = cpu_ceilings
-    expected_keys = {f"matmul_{d}_s" for d in c.peak_flops_per_s} | {"copy_s"}
+    expected_keys = {f"{op}_{d}_s" for d in c.peak_flops_per_s for op in ("matmul", "conv")} | {"copy_s"}
     assert set(c.samples) == expected_keys == set(c.iqr_over_median)
     for values in c.samples.values():
         assert len(values) == 3 and all(_positive_finite(v) for v in values)
     for dtype, peak in c.peak_flops_per_s.items():
-        median_s = sorted(c.samples[f"matmul_{dtype}_s"])[1]
-        assert peak == pytest.approx(2 * 256**3 / median_s)
+        matmul = 2 * 256**3 / sorted(c.samples[f"matmul_{dtype}_s"])[1]
+        conv = 2 * 2 * 32 * 32 * 9 * 16 * 16 / sorted(c.samples[f"conv_{dtype}_s"])[1]
+        assert c.matmul_flops_per_s[dtype] == pytest.approx(matmul)
+        assert c.conv_flops_per_s[dtype] == pytest.approx(conv)
+        assert peak == max(c.matmul_flops_per_s[dtype], c.conv_flops_per_s[dtype])  # the faster is the roof
+    assert c.conv_shape == [2, 32, 16] and rl_ceilings.conv_flops(2, 32, 16) == 2 * 2 * 32 * 32 * 9 * 16 * 16
     assert c.bandwidth_bytes_per_s == pytest.approx(2 * 8 * 2**20 / sorted(c.samples["copy_s"])[1])
     assert all(v >= 0 for v in c.iqr_over_median.values())
 
@@ -228,6 +232,15 @@ def test_save_load_round_trip_and_corrupt_file_is_skipped(cpu_ceilings: rl.Ceili
     got = loaded[0]
     assert got.machine == "box one" and got.path == str(path)
     assert dataclasses.replace(got, machine="", path=None) == cpu_ceilings
+
+
+def test_ceilings_measured_without_a_convolution_are_stale(cpu_ceilings: rl.Ceilings) -> None:
+    from benchlib.roofline.cache import stale_reason
+
+    assert stale_reason(cpu_ceilings, torch.device("cpu")) is None
+    older = dataclasses.replace(cpu_ceilings, conv_flops_per_s={}, matmul_flops_per_s={})
+    assert stale_reason(older, torch.device("cpu")) == ("measured without a convolution ceiling (an older benchlib): "
+                                                        "its compute roof is a matmul's only")
 
 
 def test_load_ceilings_refuses_a_missing_folder(tmp_path: Path) -> None:

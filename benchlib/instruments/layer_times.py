@@ -9,9 +9,10 @@ backward. A backward event therefore belongs to the layer whose range held the f
 written in a parent's ``forward``, the optimizer, AccumulateGrad, waiting for data) stays unattributed:
 a row of its own, never spread over the layers.
 
-Times are host wall-clock microseconds, as the profiler reports them. On a CPU the host runs the
-computation, so a layer's range is its compute time; on a GPU the same ranges hold the launches, and the
-kernels under them are the layer's device time (attributing those is the device step, not done here).
+Times are microseconds. On a CPU the host runs the computation, so a layer's time is its range's host
+wall time. On a GPU the same ranges hold only the launches: with ``device=True`` a layer's time is the
+device time of the kernels launched under its range (the profiler credits each kernel to the host op that
+launched it, and a range's ``device_time_total`` sums its children's), forward and backward alike.
 """
 from __future__ import annotations
 
@@ -69,9 +70,17 @@ def _in_steps(start: float, spans: Sequence[StepSpans]) -> bool:
     return any(s.start_us <= start < s.end_us for s in spans)
 
 
-def layer_times(events: Sequence[Any], spans: Sequence[StepSpans]) -> pd.DataFrame:
-    """Per leaf module and phase: calls and host time (``LAYER_TIME_COLUMNS``), summed over the steps of
-    ``spans``, from a profile's events (``prof.events()``) taken with ``layer_ranges`` open."""
+def device_time_us(event: Any) -> float:
+    """The device time of the kernels an event (and what it called) launched: ``device_time_total``,
+    ``cuda_time_total`` in the torch releases before the rename."""
+    value = getattr(event, "device_time_total", None)
+    return float(value if value is not None else getattr(event, "cuda_time_total", 0.0) or 0.0)
+
+
+def layer_times(events: Sequence[Any], spans: Sequence[StepSpans], *, device: bool = False) -> pd.DataFrame:
+    """Per leaf module and phase: calls and time (``LAYER_TIME_COLUMNS``), summed over the steps of
+    ``spans``, from a profile's events (``prof.events()``) taken with ``layer_ranges`` open: host wall time,
+    or with ``device`` the device time of the kernels each range launched."""
     host = [e for e in events if is_host_event(e) and _in_steps(event_interval(e)[0], spans)]
     ranges: dict[Any, list[tuple[float, float, str]]] = {}  # thread -> sorted (start, end, layer)
     for e in host:
@@ -110,7 +119,7 @@ def layer_times(events: Sequence[Any], spans: Sequence[StepSpans]) -> pd.DataFra
             continue
         calls_time = totals.setdefault(key, [0.0, 0.0])
         calls_time[0] += 1
-        calls_time[1] += end - start
+        calls_time[1] += device_time_us(e) if device else end - start
     rows = [{"layer": layer, "phase": phase, "calls": int(ct[0]), "time_us": ct[1]}
             for (layer, phase), ct in totals.items()]
     return pd.DataFrame(rows, columns=list(LAYER_TIME_COLUMNS))
@@ -131,3 +140,9 @@ def with_unattributed(times: pd.DataFrame, spans: Sequence[StepSpans]) -> tuple[
 def phase_time_us(spans: Sequence[StepSpans], region: str) -> float:
     """The host time of one labelled region (``forward``, ``backward``) summed over the steps."""
     return float(sum(covered_us(s.regions[region]) for s in spans))
+
+
+def region_device_us(events: Sequence[Any], spans: Sequence[StepSpans], region: str) -> float:
+    """The device time of the kernels launched inside one labelled region, summed over the steps."""
+    return float(sum(device_time_us(e) for e in events if is_host_event(e) and e.name == region
+                     and _in_steps(event_interval(e)[0], spans)))

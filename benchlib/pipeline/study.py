@@ -243,13 +243,13 @@ def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPat
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,
                   cell_timeout_s: int | None) -> bool:
     """Run the profile notebook for one pair at its first batch size: the torch.profiler tables (``profile``)
-    and the per-layer table (``layers``, CPU only), each skipped when already recorded."""
+    and the per-layer table (``layers``, CPU and CUDA), each skipped when already recorded."""
     run = RunConfig(cfg.study, hardware, model, cfg.batch_sizes[0], cfg.settings)
     machine = machine_name()
     torch_profile = cfg.profile and not (paths.results.profile_dir(machine, run.run_id) / "profile.json").exists()
     layers = cfg.layers and not paths.results.layers_path(machine, run.run_id).exists()
-    if cfg.layers and layers and torch.device(resolve_hardware(hardware)).type != "cpu":
-        _log(f"layers {hardware} / {model}: not measured (per-layer times are attributed on CPU only)")
+    if cfg.layers and layers and torch.device(resolve_hardware(hardware)).type not in ("cpu", "cuda"):
+        _log(f"layers {hardware} / {model}: not measured (per-layer times are attributed on CPU and CUDA only)")
         layers = False
     if not (torch_profile or layers):
         _log(f"profile {hardware} / {model}: already recorded, skipped")

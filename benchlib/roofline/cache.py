@@ -58,6 +58,8 @@ def stale_reason(cached: Ceilings, device: torch.device) -> str | None:
     name = device_name(device)
     if cached.device_name != name:
         return f"measured on '{cached.device_name}', not '{name}'"
+    if cached.peak_flops_per_s and not cached.conv_flops_per_s:
+        return "measured without a convolution ceiling (an older benchlib): its compute roof is a matmul's only"
     if cached.torch and cached.torch != torch.__version__:
         return f"measured with torch {cached.torch}, not {torch.__version__}"
     if device.type == "cuda":

@@ -1,4 +1,10 @@
-"""Roofline ceilings measured on the machine that ran the study: a large matmul per dtype, a large device copy.
+"""Roofline ceilings measured on the machine that ran the study: a large matmul and a 3x3 convolution per dtype,
+a large device copy.
+
+The compute roof of a dtype is the faster of the two products: oneDNN's direct convolutions can run well
+above a matrix product of the same dtype (486 against 215 GFLOP/s on one day's 2-core VM of this project,
+within 5% on another's), and a CNN's convolutions would then sit above a matmul roof. Both figures are
+kept beside the roof.
 
 A roofline point is only as good as its roof. :func:`measure_ceilings` measures the roof here and now, so
 points are compared with what this machine, driver and torch build actually reach, not with a marketing
@@ -41,6 +47,9 @@ MAX_OPS_PER_REPEAT = 10_000
 
 DEFAULT_MATMUL_SIZE = {"cpu": 2048, "cuda": 8192, "mps": 8192}
 DEFAULT_COPY_BYTES = {"cpu": 512 * MIB, "cuda": 2 * GIB, "mps": 1 * GIB}
+# (batch, channels in = out, side) of the 3x3 convolution: wide enough to keep every core's vector units
+# and a GPU's SMs busy, as a ResNet's middle stages are.
+DEFAULT_CONV_SHAPE = {"cpu": (32, 256, 28), "cuda": (64, 256, 56), "mps": (32, 256, 56)}
 DEFAULT_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "tf32", "fp16", "bf16"), "mps": ("fp32", "fp16")}
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -56,7 +65,7 @@ class Ceilings:
 
     device: str
     device_name: str
-    peak_flops_per_s: dict[str, float]
+    peak_flops_per_s: dict[str, float]  # the compute roof: the faster of the matmul and the convolution
     bandwidth_bytes_per_s: float
     samples: dict[str, list[float]] = field(default_factory=dict)
     iqr_over_median: dict[str, float] = field(default_factory=dict)
@@ -84,6 +93,9 @@ class Ceilings:
     interfered: bool | None = None  # every attempt was interfered (one quiet attempt makes the maximum sound)
     interference: str | None = None
     attempt_interference_cpu_pct: list[float | None] = field(default_factory=list)
+    matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
+    conv_flops_per_s: dict[str, float] = field(default_factory=dict)
+    conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the 3x3 convolution
     path: str | None = None
 
     @property
@@ -140,11 +152,30 @@ def _tf32_matmul(enabled: bool) -> Iterator[None]:
         setattr(matmul, attr, before)
 
 
+@contextlib.contextmanager
+def _cudnn(tf32: bool) -> Iterator[None]:
+    """cuDNN's TF32 for the block (on by default in torch: an fp32 convolution would run as tf32) and its
+    autotuner on (a roof is the fastest algorithm); the caller's settings restored."""
+    cudnn = torch.backends.cudnn
+    before = (cudnn.allow_tf32, cudnn.benchmark)
+    cudnn.allow_tf32, cudnn.benchmark = tf32, True
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32, cudnn.benchmark = before
+
+
 def _precision_context(dtype_name: str, device: torch.device) -> contextlib.AbstractContextManager[None]:
     """fp32 is measured with TF32 off and tf32 with it on, so the two figures differ by their meaning."""
-    if device.type == "cuda" and dtype_name in ("fp32", "tf32"):
-        return _tf32_matmul(dtype_name == "tf32")
+    if device.type == "cuda":
+        return _cuda_precision(dtype_name == "tf32")
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _cuda_precision(tf32: bool) -> Iterator[None]:
+    with _tf32_matmul(tf32), _cudnn(tf32):
+        yield
 
 
 def _dtype_unsupported_reason(dtype_name: str, device: torch.device) -> str | None:
@@ -210,6 +241,25 @@ def _measure_matmul(
         return _time_per_op_s(lambda: torch.matmul(a, b, out=c), device, repeats, warmup)
 
 
+def conv_flops(batch: int, channels: int, side: int, kernel: int = 3) -> int:
+    """FLOPs of one ``kernel`` x ``kernel`` convolution, ``channels`` in and out, same padding, stride 1."""
+    return 2 * batch * channels * channels * kernel * kernel * side * side
+
+
+def _measure_conv(dtype_name: str, shape: Sequence[int], device: torch.device, repeats: int,
+                  warmup: int) -> tuple[list[float], int]:
+    """Seconds per 3x3 convolution of ``shape`` (batch, channels, side) in ``dtype_name``, channels-last (the
+    layout oneDNN and cuDNN run fastest; a roof is the fastest)."""
+    batch, channels, side = shape
+    dtype = _TORCH_DTYPES[dtype_name]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(batch, channels, side, side, generator=gen).to(device=device, dtype=dtype)
+    w = torch.randn(channels, channels, 3, 3, generator=gen).to(device=device, dtype=dtype)
+    x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad(), _precision_context(dtype_name, device):
+        return _time_per_op_s(lambda: torch.nn.functional.conv2d(x, w, padding=1), device, repeats, warmup)
+
+
 def _measure_copy(n_bytes: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
     """Seconds per ``dst.copy_(src)`` of ``n_bytes``; both buffers are written first so no page is lazy."""
     src = torch.ones(n_bytes, dtype=torch.uint8, device=device)
@@ -226,12 +276,12 @@ def _iqr_over_median(values: Sequence[float]) -> float:
 
 def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str] | None = None,
                      matmul_size: int | None = None, copy_bytes: int | None = None,
-                     repeats: int = 5, warmup: int = 2) -> Ceilings:
+                     conv_shape: Sequence[int] | None = None, repeats: int = 5, warmup: int = 2) -> Ceilings:
     """Measure this machine's compute ceiling per dtype and its memory bandwidth.
 
-    Compute: median FLOP/s of a square matmul per dtype. Bandwidth: median (read + written) bytes/s of a
-    large device copy. Default dtypes that do not run here are left out and listed in ``skipped_dtypes``;
-    dtypes asked for explicitly must run (ValueError otherwise).
+    Compute: the higher median FLOP/s of a square matmul and of a 3x3 convolution, per dtype. Bandwidth:
+    median (read + written) bytes/s of a large device copy. Default dtypes that do not run here are left out
+    and listed in ``skipped_dtypes``; dtypes asked for explicitly must run (ValueError otherwise).
     """
     dev = _resolve_device(device)
     if repeats < 1 or warmup < 0:
@@ -261,15 +311,24 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
             if reason is not None:
                 raise ValueError(reason)
 
+    shape = list(conv_shape or DEFAULT_CONV_SHAPE[dev.type])
+    if dev.type == "cuda" and not conv_shape:  # its input and output within the copy's share of free memory
+        while shape[0] > 1 and 2 * shape[0] * shape[1] * shape[2] ** 2 * 4 > n_bytes:
+            shape[0] //= 2
     samples: dict[str, list[float]] = {}
-    peak_flops_per_s: dict[str, float] = {}
+    matmul_peaks: dict[str, float] = {}
+    conv_peaks: dict[str, float] = {}
     products_per_repeat: dict[str, int] = {}
     for name in chosen:
         per_product_s, products_per_repeat[name] = _measure_matmul(name, n, dev, repeats, warmup)
         samples[f"matmul_{name}_s"] = per_product_s
-        peak_flops_per_s[name] = matmul_flops(n) / Samples.of(per_product_s).median
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
+        matmul_peaks[name] = matmul_flops(n) / Samples.of(per_product_s).median
+        per_conv_s, _ = _measure_conv(name, shape, dev, repeats, warmup)
+        samples[f"conv_{name}_s"] = per_conv_s
+        conv_peaks[name] = conv_flops(*shape) / Samples.of(per_conv_s).median
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    peak_flops_per_s = {name: max(matmul_peaks[name], conv_peaks[name]) for name in chosen}
 
     per_copy_s, copies_per_repeat = _measure_copy(n_bytes, dev, repeats, warmup)
     samples["copy_s"] = per_copy_s
@@ -284,10 +343,14 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         noisy=sorted(k for k, v in iqr.items() if v > NOISY_IQR_OVER_MEDIAN), skipped_dtypes=skipped,
         matmul_size=n, matmul_products_per_repeat=products_per_repeat, copy_bytes=n_bytes,
         copies_per_repeat=copies_per_repeat, repeats=repeats, warmup=warmup, threads=torch.get_num_threads(),
+        matmul_flops_per_s=matmul_peaks, conv_flops_per_s=conv_peaks, conv_shape=shape,
         torch=torch.__version__, driver=driver_version()[0] if dev.type == "cuda" else None,
         measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(
-            f"compute: C = A @ B, square n={n}, {matmul_flops(n)} FLOPs (2*n^3) per product, C preallocated; "
+            f"compute: the higher of two products per dtype. C = A @ B, square n={n}, {matmul_flops(n)} FLOPs "
+            f"(2*n^3) per product, C preallocated; a 3x3 convolution, stride 1, same padding, channels-last, "
+            f"batch {shape[0]}, {shape[1]} channels in and out, {shape[2]}x{shape[2]} pixels, "
+            f"{conv_flops(*shape)} FLOPs; "
             f"{warmup} warmup products, then {repeats} timed repeats, each synchronized at both ends and looping "
             f"enough products to last >= {MIN_REPEAT_S} s; a sample is one repeat's seconds / its products; "
             "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "
@@ -319,16 +382,22 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
     A ceiling is what the machine can do; a median taken while something else loaded it is lower,
     never higher, so the highest of a few medians is the better estimate of the roof.
     """
-    peaks: dict[str, float] = {}
-    for dtype in dict.fromkeys(d for a in attempts for d in a.peak_flops_per_s):
-        values = [a.peak_flops_per_s[dtype] for a in attempts if a.peak_flops_per_s.get(dtype)]
-        if values:
-            peaks[dtype] = max(values)
+    def highest(figures: Callable[[Ceilings], dict[str, float]]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for dtype in dict.fromkeys(d for a in attempts for d in figures(a)):
+            values = [figures(a)[dtype] for a in attempts if figures(a).get(dtype)]
+            if values:
+                out[dtype] = max(values)
+        return out
+
+    peaks = highest(lambda a: a.peak_flops_per_s)
     quiet = [a for a in attempts if not a.interfered]
     watched = [a for a in attempts if a.interfered is not None]
     least = min(quiet or attempts, key=lambda a: a.interference_cpu_pct or 0.0)
     return dataclasses.replace(
         attempts[0], peak_flops_per_s=peaks, bandwidth_bytes_per_s=max(a.bandwidth_bytes_per_s for a in attempts),
+        matmul_flops_per_s=highest(lambda a: a.matmul_flops_per_s),
+        conv_flops_per_s=highest(lambda a: a.conv_flops_per_s),
         attempts=sum(max(1, a.attempts) for a in attempts),
         attempt_peaks_flops_per_s=[p for a in attempts for p in (a.attempt_peaks_flops_per_s or
                                                                   [dict(a.peak_flops_per_s)])],

@@ -5,8 +5,8 @@ plain steps give the step time every share and the coverage are measured against
 each layer's time (``instruments.layer_times``: a profiler range per leaf module for the forward, autograd's
 sequence numbers for the backward, no synchronize per layer) and show what profiling costs. The work of each
 layer is counted once (``nets.layer_work``) and placed under this machine's ceilings
-(``roofline.layers``). Times are the host's: on a CPU the host runs the layers; on a GPU the ranges hold
-the launches, so a GPU table is refused until kernels are attributed per module.
+(``roofline.layers``). On a CPU a layer's time is its range's host time (the host runs the layers); on
+a GPU the device time of the kernels launched under its range.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from ..env.devices import resolve_hardware, synchronize
 from ..env.manifest import machine_name
 from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
-from ..instruments.layer_times import layer_ranges, layer_times, phase_time_us
-from ..instruments.profiler import StepSpans, step_spans
+from ..instruments.layer_times import LAYER_PREFIX, layer_ranges, layer_times, phase_time_us, region_device_us
+from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
 from ..nets.counters import count_train_per_sample, leaf_modules
 from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_layer_work
 from ..roofline.cache import ensure_ceilings
@@ -93,10 +93,12 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _step_rows(events: list[Any], span: StepSpans) -> pd.DataFrame:
-    """One profiled step's rows: each layer and phase, the optimizer, and the rest of the step."""
-    layers = layer_times(events, [span])
-    optimizer_us = phase_time_us([span], "optimizer_step")
+def _step_rows(events: list[Any], span: StepSpans, device: bool = False) -> pd.DataFrame:
+    """One profiled step's rows: each layer and phase, the optimizer, and the rest of the step (on a GPU,
+    ``device``: the kernels' time under each range; the rest holds launch gaps and an idle device too)."""
+    layers = layer_times(events, [span], device=device)
+    optimizer_us = (region_device_us(events, [span], "optimizer_step") if device
+                    else phase_time_us([span], "optimizer_step"))
     rest_us = max(0.0, span.step_time_us - float(layers["time_us"].sum()) - optimizer_us)
     extra = pd.DataFrame([{"layer": OPTIMIZER, "phase": "optimizer", "calls": 1, "time_us": optimizer_us},
                           {"layer": UNATTRIBUTED, "phase": "other", "calls": 1, "time_us": rest_us}])
@@ -129,9 +131,10 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     if s.knobs.compile != "off":
         raise ConfigError("layers: a compiled model runs fused kernels that no layer owns; allowed: compile: off")
     device = torch.device(resolve_hardware(cfg.hardware))
-    if device.type != "cpu":
-        raise ConfigError(f"layers: on {device.type} the profiled ranges hold kernel launches, not the layers' "
-                          "device time, which is not attributed per module yet; allowed: --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"layers: {device.type} has no device timeline in torch.profiler to attribute kernels to "
+                          "layers; allowed: --device cpu, cuda, cuda:N")
+    on_gpu = device.type == "cuda"
     check_runs(s, str(device))
     say = progress or (lambda msg: None)
     ceilings = ensure_ceilings(results_dir, device, progress)
@@ -150,8 +153,9 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         while len(profiled) < steps:
             n = min(block, steps - len(profiled))
             plain += [runner.one() for _ in range(n)]
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
             with layer_ranges(leaf_modules(built.model)), profile(
-                    activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
+                    activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
                     on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
                 for i in range(n + 1):  # the first step warms the profiler up and is dropped
                     took = runner.one()
@@ -160,7 +164,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                     prof.step()
             say(f"layers: {len(profiled)}/{steps} profiled steps")
         x, _ = next(batches)
-    per_step = [_step_rows(events, span) for events in cycles for span in step_spans(events)]
+    per_step = [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     times = median_per_step(per_step)
     dtype = roof_dtype(s.knobs.precision, device.type, bool(s.knobs.tf32))
     element_bytes = ELEMENT_BYTES[dtype]
@@ -173,7 +177,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     kinds[OPTIMIZER] = type(trainer.optimizer).__name__
     step_s = statistics.median(plain)
     peak, bandwidth = ceilings.peak_flops_per_s[dtype], ceilings.bandwidth_bytes_per_s
-    cache_bytes = last_level_cache_bytes()
+    cache_bytes = gpu_l2_bytes(device) if on_gpu else last_level_cache_bytes()
     table = layer_roofline(times, work.flops, {k: v * element_bytes for k, v in work.elements.items()}, kinds,
                            step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
                            cache_bytes=cache_bytes)
@@ -188,7 +192,17 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
                "machine": machine_name(), "cache_bytes": cache_bytes})
     report.notes += _notes(report)
+    if on_gpu:
+        report.notes.append("on a GPU each layer's time is the device time of the kernels launched under its "
+                            "range (the backward's under its autograd node); launch gaps, an idle device and "
+                            "host work between them are in the unattributed row")
     return report
+
+
+def gpu_l2_bytes(device: torch.device) -> int | None:
+    """The GPU's L2 cache, its last level before device memory (None where torch does not say)."""
+    size = getattr(torch.cuda.get_device_properties(device.index or 0), "L2_cache_size", None)
+    return int(size) if size else None
 
 
 def record_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
@@ -213,3 +227,51 @@ def _notes(r: LayerReport) -> list[str]:
         notes.append(f"the layers' FLOPs are {r.flops_total / r.model_flops:.3f}x the model's counted training "
                      "FLOPs (expected within 1%)")
     return notes
+
+
+def _outside_layers(events: list[Any], spans: list[StepSpans]) -> pd.DataFrame:
+    """Self time per operator that ran outside every layer's range (per step), most first: what the
+    unattributed row of an inference holds (a quantized model's quantize and dequantize, for one)."""
+    ranges = [event_interval(e) for e in events if e.name.startswith(LAYER_PREFIX)]
+    totals: dict[str, float] = {}
+    for e in events:
+        if not is_host_event(e) or e.name.startswith((LAYER_PREFIX, "ProfilerStep", "forward")):
+            continue
+        start, _ = event_interval(e)
+        if any(s.start_us <= start < s.end_us for s in spans) and not any(a <= start <= b for a, b in ranges):
+            totals[e.name] = totals.get(e.name, 0.0) + float(e.self_cpu_time_total)
+    steps = max(len(spans), 1)
+    rows = [{"operator": k, "self_us_per_call": v / steps} for k, v in totals.items()]
+    return pd.DataFrame(rows, columns=["operator", "self_us_per_call"]).sort_values("self_us_per_call",
+                                                                                   ascending=False)
+
+
+@torch.inference_mode()
+def profile_forward(model: torch.nn.Module, batch: torch.Tensor, *, calls: int = 20,
+                    warmup: int = 5) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+    """Where one forward of ``model`` on ``batch`` goes on the CPU, layer by layer (fp32 or quantized alike):
+    the median microseconds per call of each leaf module and of what no leaf holds, the operators outside
+    every layer, and the median wall time of a forward in microseconds (profiled)."""
+    for _ in range(warmup):
+        model(batch)
+    cycles: list[list[Any]] = []
+    with layer_ranges(leaf_modules(model)), profile(
+            activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=calls, repeat=1),
+            on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
+        for _ in range(calls + 1):
+            with record_function("forward"):
+                model(batch)
+            prof.step()
+    events = cycles[0]
+    spans = step_spans(events)
+    per_step = []
+    for span in spans:
+        layers = layer_times(events, [span])
+        rest = max(0.0, span.step_time_us - float(layers["time_us"].sum()))
+        per_step.append(pd.concat([layers, pd.DataFrame([{"layer": UNATTRIBUTED, "phase": "other", "calls": 1,
+                                                          "time_us": rest}])], ignore_index=True))
+    times = median_per_step(per_step).sort_values("time_us", ascending=False).reset_index(drop=True)
+    kinds = {name: type(m).__name__ for name, m in leaf_modules(model).items()}
+    times.insert(1, "kind", times["layer"].map(kinds).fillna(""))
+    step_us = statistics.median(s.step_time_us for s in spans)
+    return times, _outside_layers(events, spans), step_us

@@ -53,7 +53,7 @@ GRID_KEYS: dict[str, str] = {
                "every figure and ratio is known within ±until_pct% or a budget is spent",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
     "layers": "true or false: also measure each pair's training step layer by layer against the roofline (benchlib "
-              "layers) at its first batch size, on CPU",
+              "layers) at its first batch size, on CPU or CUDA",
     "calibrate": "true (default) or false: measure this machine's run-to-run noise floor at the start (benchlib "
                  "calibrate; reused while fresh), so comparisons of one run a side can be judged",
     "interleave": "true (default) or false: run a pair's configurations in rounds (seed, then batch size), every "
