@@ -106,3 +106,61 @@ def test_what_layers_cannot_attribute_is_refused_in_one_line(tmp_path, capsys, e
                  str(tmp_path), *extra])
     err = capsys.readouterr().err
     assert code == 2 and said in err and err.strip().count("\n") == 0, err
+
+
+def test_a_study_asks_for_layers_with_a_flag_and_a_bad_value_is_one_line():
+    from benchlib.errors import ConfigError
+    from benchlib.spec.study import parse_study
+
+    raw = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8]}
+    assert parse_study({**raw, "layers": True}, "s.yaml").layers and not parse_study(raw, "s.yaml").layers
+    with pytest.raises(ConfigError, match="s.yaml: key 'layers' is 'yes'; allowed: true or false"):
+        parse_study({**raw, "layers": "yes"}, "s.yaml")
+
+
+def _saved_report(tmp_path):
+    """A per-layer report as `benchlib layers` saves it, with figures written here rather than measured."""
+    from benchlib.run.layers import LayerReport
+    from benchlib.store.layout import ResultsLayout
+
+    times = _times(("layer4.0.conv1", "backward", 1, 6000.0), ("layer4.0.conv1", "forward", 1, 2000.0),
+                   ("layer4.0.bn1", "forward", 1, 1500.0), (OPTIMIZER, "optimizer", 1, 1000.0),
+                   (UNATTRIBUTED, "other", 1, 500.0))
+    flops = {("layer4.0.conv1", "backward"): 400_000_000, ("layer4.0.conv1", "forward"): 200_000_000,
+             ("layer4.0.bn1", "forward"): 0, (OPTIMIZER, "optimizer"): 0}
+    moved = {("layer4.0.conv1", "backward"): 3e7, ("layer4.0.conv1", "forward"): 1.5e7,
+             ("layer4.0.bn1", "forward"): 4e6, (OPTIMIZER, "optimizer"): 2e7}
+    table = layer_roofline(times, flops, moved, {"layer4.0.conv1": "Conv2d", "layer4.0.bn1": "BatchNorm2d",
+                                                 OPTIMIZER: "SGD"}, step_s=0.011, peak_flops_per_s=PEAK,
+                           bandwidth_bytes_per_s=BANDWIDTH, cache_bytes=2**20)
+    report = LayerReport(run_id="cpu__resnet18__bs8", table=table, step_s=0.011, instrumented_step_s=0.0115,
+                         coverage=10.5 / 11, predicted_step_s=predicted_step_s(table), flops_total=6e8, model_flops=6e8,
+                         roof_dtype="fp32", peak_flops_per_s=PEAK, bandwidth_bytes_per_s=BANDWIDTH, element_bytes=4,
+                         steps=5, about={"model": "resnet18", "device": "cpu", "batch_size": 8, "machine": "vm",
+                                         "cache_bytes": 2**20}, notes=["a note"])
+    path = ResultsLayout.of(tmp_path).layers_path("vm", report.run_id)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(report.to_json()))
+    return report
+
+
+def test_the_summary_reads_a_saved_table_back_and_says_which_layers_lose_the_most(tmp_path):
+    from benchlib.report.figures.layers import layer_roofline as figure
+    from benchlib.report.findings.work import layer_sentences
+    from benchlib.report.readback.layers import load_layer_reports
+    from benchlib.report.tables.layers import by_kind, lost_time
+
+    _saved_report(tmp_path)
+    (loaded,) = load_layer_reports([tmp_path])
+    assert loaded["model"] == "resnet18" and list(loaded["table"].columns) == list(LAYER_COLUMNS)
+    worst = lost_time(loaded["table"])
+    assert worst["layer"].iloc[0] == "layer4.0.conv1" and worst["phase"].iloc[0] == "backward"
+    assert UNATTRIBUTED not in set(worst["layer"])  # the rest has no roof to lose time against
+    kinds = by_kind(loaded["table"])
+    assert kinds.iloc[0][["kind", "phase", "bound"]].tolist() == ["Conv2d", "backward", "compute"]
+    (line,) = layer_sentences([loaded], groups=2)
+    assert line.startswith("resnet18 on cpu (bs8), layer by layer: the roofline predicts a ")
+    assert "Conv2d backward pass (1 layer(s), compute-bound) takes 100% of the backward pass at 66.7% of its roof" \
+        in line, line
+    fig = figure(loaded, tmp_path / "figures")
+    assert len(list((tmp_path / "figures").glob("layers_*.png"))) == 1 and len(fig.axes) == 2

@@ -28,8 +28,8 @@ PAIR_PARAMETERS = {"study", "hardware", "model", "results_dir", "figures_dir"}
 NOTEBOOK_PARAMETERS = {
     "benchmark.ipynb": PAIR_PARAMETERS | {"batch_sizes", "sweep", "repeats", "only_round", "resume", "variants",
                                           "interleave"},
-    "profile.ipynb": PAIR_PARAMETERS | {"batch_size", "profile_wait", "profile_warmup", "profile_active", "torch_profile",
-                                        "layers", "layer_steps"},
+    "profile.ipynb": PAIR_PARAMETERS | {"batch_size", "profile_wait", "profile_warmup", "profile_active",
+                                        "torch_profile", "layers", "layer_steps"},
     "tune.ipynb": PAIR_PARAMETERS | {"batch_sizes", "n_trials", "objective", "pruning", "epochs_per_trial", "tune_seed",
                                      "search_space"},
 }

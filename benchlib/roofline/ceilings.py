@@ -49,7 +49,7 @@ DEFAULT_MATMUL_SIZE = {"cpu": 2048, "cuda": 8192, "mps": 8192}
 DEFAULT_COPY_BYTES = {"cpu": 512 * MIB, "cuda": 2 * GIB, "mps": 1 * GIB}
 # (batch, channels in = out, side) of the 3x3 convolution: wide enough to keep every core's vector units
 # and a GPU's SMs busy, as a ResNet's middle stages are.
-DEFAULT_CONV_SHAPE = {"cpu": (32, 256, 28), "cuda": (64, 256, 56), "mps": (32, 256, 56)}
+DEFAULT_CONV_SHAPE = {"cpu": (16, 256, 14), "cuda": (64, 256, 56), "mps": (32, 256, 56)}
 DEFAULT_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "tf32", "fp16", "bf16"), "mps": ("fp32", "fp16")}
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
