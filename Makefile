@@ -60,7 +60,8 @@ PLATFORM_PINS ?= torch==$(FLOOR_TORCH) torchvision==$(FLOOR_VISION) numpy==2.0.2
 FLOOR_TESTS ?= tests/test_one_step.py tests/test_variants.py tests/test_accelerator_paths.py tests/test_config.py \
 	tests/test_gpu_preflight.py tests/test_energy.py tests/test_timing.py tests/test_memory.py tests/test_quantize.py \
 	tests/test_flops.py tests/test_cli.py tests/test_rank_watch.py tests/test_api_docs.py tests/test_user_data.py \
-	tests/test_user_models.py
+	tests/test_user_models.py tests/test_devices.py tests/test_outcome.py tests/test_layer_times.py \
+	tests/test_layer_work.py tests/test_layer_roofline.py
 floor-test:
 	rm -rf $(FLOOR_VENV) && $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install --quiet $(PLATFORM_PINS)
