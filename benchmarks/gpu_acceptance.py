@@ -46,6 +46,7 @@ from gpu_judges import (
     judge_energy,
     judge_fallbacks,
     judge_latency,
+    judge_layers,
     judge_memory_floor,
     judge_memory_isolation,
     judge_nhwc,
@@ -80,6 +81,7 @@ from benchlib.nets.memory_floor import training_floor_bytes
 from benchlib.nets.models import build_model
 from benchlib.roofline.ceilings import measure_ceilings
 from benchlib.run.columns import ACTIVATION_DTYPES
+from benchlib.run.layers import measure_layers
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig, RunSettings
 
@@ -454,10 +456,22 @@ def check_timm(ctx: Context) -> list[Check]:
                                        ("infer_samples_per_s", "infer_samples_per_sec", "inference"))]
 
 
+def check_layers(ctx: Context) -> list[Check]:
+    """``benchlib layers`` on this GPU: the kernels under each layer's range against the step and the roof."""
+    if not ctx.cuda:
+        return [not_run("per-layer table: layers' kernel time / step")]
+    cfg = RunConfig("acceptance", str(ctx.device), "resnet18", min(ctx.sizes.batch, 32), _settings(ctx))
+    with tempfile.TemporaryDirectory() as tmp:
+        report = measure_layers(cfg, tmp, steps=10, block=5)
+    table = report.table
+    above = int(((table["bound"] == "compute") & table["above_roof"].fillna(False).astype(bool)).sum())
+    return [judge_layers(report.coverage, report.flops_total / report.model_flops, above)]
+
+
 CHECKS: list[Callable[[Context], list[Check]]] = [
     check_step_timer, check_ceilings, check_memory_isolation, check_memory_floor, check_no_sync_in_steps, check_amp,
     check_channels_last,
-    check_compile, check_telemetry, check_latency, check_timm,
+    check_compile, check_telemetry, check_latency, check_layers, check_timm,
 ]
 
 

@@ -335,3 +335,15 @@ def judge_timm(what: str, ours: float, theirs: float | None) -> Check:
     return Check(f"{what} throughput benchlib / timm", ratio, "ratio", "0.7-1.5 (informational)",
                  0.7 <= ratio <= 1.5, f"benchlib {ours:.0f}, timm {theirs or math.nan:.0f} samples/s (timm "
                  "synchronizes every inference batch; benchlib runs them back to back)")
+
+
+# ---------------------------------------------------------------- per-layer table on the GPU
+
+def judge_layers(coverage: float, flops_ratio: float, above_compute: int) -> Check:
+    """``benchlib layers`` on the GPU: the kernels attributed to layers (optimizer included) take at most the
+    wall step (more would be kernels counted twice) and some of it; the layers' FLOPs are the model's within
+    1%; no compute-bound layer sits above its roof (a kernel credited to the wrong layer would)."""
+    passed = 0 < coverage <= 1.05 and abs(flops_ratio - 1) <= 0.01 and above_compute == 0
+    return Check("per-layer table: layers' kernel time / step", coverage, "ratio",
+                 "0-1.05, FLOPs within 1% of the model's, no compute-bound layer above its roof", passed,
+                 f"FLOPs {flops_ratio:.4f}x the model's, {above_compute} compute-bound layer(s) above their roof")

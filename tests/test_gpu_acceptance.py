@@ -291,3 +291,11 @@ def test_the_latency_and_timm_judgements_can_fail(judges):
     assert judges.judge_timm("training", 500.0, 1000.0).passed is False
     assert judges.judge_timm("training", 1000.0, 950.0).passed is True
     assert judges.judge_timm("inference", 1000.0, None).passed is False, "timm gave no figure"
+
+
+def test_the_per_layer_judgement_can_fail(judges):
+    assert judges.judge_layers(0.82, 1.0, 0).passed is True
+    assert judges.judge_layers(1.30, 1.0, 0).passed is False, "kernels counted twice: more than the step"
+    assert judges.judge_layers(0.82, 1.2, 0).passed is False, "a downsample credited with the main branch's FLOPs"
+    assert judges.judge_layers(0.82, 1.0, 3).passed is False, "kernels credited to the wrong layer"
+    assert judges.judge_layers(0.0, 1.0, 0).passed is False, "no kernel attributed at all"

@@ -164,3 +164,18 @@ def test_the_summary_reads_a_saved_table_back_and_says_which_layers_lose_the_mos
         in line, line
     fig = figure(loaded, tmp_path / "figures")
     assert len(list((tmp_path / "figures").glob("layers_*.png"))) == 1 and len(fig.axes) == 2
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_each_layer_holds_the_kernels_it_launched(tmp_path):
+    from benchlib.run.layers import measure_layers
+    from benchlib.spec.settings import RunConfig, RunSettings
+
+    settings = RunSettings.of(dataset="synthetic", image_size=32, synthetic_samples=256, train_steps=4, warmup_steps=2)
+    report = measure_layers(RunConfig("gpu", "cuda", "resnet18", 16, settings), tmp_path, steps=4, block=2)
+    table = report.table.set_index(["layer", "phase"])
+    assert table.loc[("layer1.0.conv1", "forward"), "time_s"] > 0 and table.loc[("fc", "backward"), "time_s"] > 0
+    assert 0 < report.coverage <= 1.05, "a kernel counted under two layers would pass the step"
+    assert report.flops_total == pytest.approx(report.model_flops, rel=0.01)
+    compute = report.table[report.table["bound"] == "compute"]
+    assert not compute["above_roof"].astype(bool).any(), compute[compute["above_roof"].astype(bool)]
