@@ -1,12 +1,18 @@
 """Shared fixtures: tiny configurations that run in seconds on 2 CPU cores."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
 import torch
 
 os.environ.setdefault("BENCHLIB_MACHINE", "testmachine")
+
+# Tuning is an extra (benchlib[tune]): where optuna is missing (the torch floor's environment, a core install)
+# its tests skip with the reason, and the rest of the suite runs.
+NEEDS_OPTUNA = pytest.mark.skipif(importlib.util.find_spec("optuna") is None,
+                                  reason="needs the tune extra (optuna): pip install 'benchlib[tune]'")
 
 TINY = dict(dataset="digits", image_size=32, train_subset=128, test_subset=64, train_steps=3, warmup_steps=1,
             infer_warmup_batches=1, latency_repeats=5, latency_budget_s=0.5, epochs=1)

@@ -179,10 +179,14 @@ def test_specs_and_the_store_do_not_import_torch(layer):
 
 def test_the_facade_exports_what_it_lists():
     import benchlib
+    from benchlib.errors import MissingExtra
 
     assert set(benchlib.__all__) == {"__version__", *benchlib._API}
     for name in benchlib.__all__:
-        assert getattr(benchlib, name) is not None, name
+        try:
+            assert getattr(benchlib, name) is not None, name
+        except MissingExtra as exc:  # a name behind an extra that is not installed says which, in one line
+            assert "pip install 'benchlib[" in str(exc) and "\n" not in str(exc), (name, str(exc))
 
 
 def test_backward_is_called_in_exactly_one_place_outside_flop_counting():

@@ -9,6 +9,7 @@ import time
 
 import pytest
 import yaml
+from conftest import NEEDS_OPTUNA
 
 from benchlib.cli import main
 from benchlib.pipeline import progress, publish, slurm_jobs, study
@@ -118,6 +119,7 @@ def _tune_params(tmp_path, **tune):
         "tune": {"n_trials": 4, "search_space": {"lr": {"low": 0.001, "high": 0.1}}, **tune}}))
 
 
+@NEEDS_OPTUNA
 def test_tuning_workers_and_the_job_after_them(tmp_path, capsys, monkeypatch):
     """Scripts are written, then submission stops at the missing sbatch before anything else changes."""
     monkeypatch.chdir(tmp_path)
@@ -136,6 +138,7 @@ def test_tuning_workers_and_the_job_after_them(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "results" / "tu" / "tuning").exists()
 
 
+@NEEDS_OPTUNA
 @pytest.mark.parametrize("args,tune,message", [
     (["--slurm", "5"], {}, "--slurm 5; allowed: 1..4"),
     (["--slurm", "0"], {}, "--slurm 0; allowed: integers >= 1"),
@@ -193,8 +196,8 @@ def test_without_a_terminal_progress_is_plain_lines(tmp_path, monkeypatch):
 @pytest.mark.parametrize("command,args,message", [
     ("slurm", ["--wait"], "--wait without --submit"),
     ("slurm", ["--job", "abc"], "--job 'abc'; allowed: a SLURM job id"),
-    ("tune", ["--wait"], "--wait without SLURM workers"),
-    ("tune", ["--worker", "0", "--finish"], "--worker with --finish"),
+    pytest.param("tune", ["--wait"], "--wait without SLURM workers", marks=NEEDS_OPTUNA),
+    pytest.param("tune", ["--worker", "0", "--finish"], "--worker with --finish", marks=NEEDS_OPTUNA),
 ])
 def test_options_that_do_not_go_together(tmp_path, capsys, monkeypatch, command, args, message):
     monkeypatch.chdir(tmp_path)

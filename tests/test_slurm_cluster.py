@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
+
+optuna = pytest.importorskip("optuna", reason="needs the tune extra (optuna): pip install 'benchlib[tune]'")
 import yaml
 from optuna.trial import TrialState
 from slurm_cluster import missing_reason, one_node_cluster

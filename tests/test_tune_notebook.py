@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from conftest import NEEDS_OPTUNA
 
 from benchlib.cli import main
 
@@ -38,6 +39,7 @@ def test_tune_command_runs_the_notebook_and_exports(tmp_path):
     assert 'tn/tune/cpu__squeezenet1_1.html' in (tmp_path / "rep" / "index.html").read_text()
 
 
+@NEEDS_OPTUNA
 @pytest.mark.parametrize("tune,message", [
     ({"n_trials": 0, "search_space": {"lr": {"low": 0.01, "high": 0.1}}}, "key 'tune.n_trials' is 0"),
     ({"search_space": {"lr": {"low": 0.01, "high": 0.1}}, "objective": "speed"}, "key 'tune.objective' is 'speed'"),
@@ -51,6 +53,7 @@ def test_bad_tune_sections(tmp_path, capsys, tune, message):
     assert message in capsys.readouterr().err
 
 
+@NEEDS_OPTUNA
 def test_tune_needs_a_tune_section(tmp_path, capsys):
     path = tmp_path / "p.yaml"
     path.write_text("study: x\nhardware: [cpu]\nmodels: [resnet18]\nbatch_sizes: [8]\n")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 
-import optuna
 import pytest
+
+optuna = pytest.importorskip("optuna", reason="needs the tune extra (optuna): pip install 'benchlib[tune]'")
 import torch
 import yaml
 from optuna.trial import TrialState

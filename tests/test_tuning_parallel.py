@@ -10,8 +10,9 @@ import re
 import subprocess
 import sys
 
-import optuna
 import pytest
+
+optuna = pytest.importorskip("optuna", reason="needs the tune extra (optuna): pip install 'benchlib[tune]'")
 import yaml
 from optuna.trial import TrialState
 
