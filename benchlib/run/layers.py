@@ -38,7 +38,7 @@ from ..roofline.model import roof_dtype
 from ..spec.settings import RunConfig
 from ..store.atomic import atomic_write_json
 from ..store.layout import ResultsLayout
-from .profile import _cycle
+from .profile import _cycle, _quiet_kineto
 
 ProgressFn = Callable[[str], None]
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -136,6 +136,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                           "layers; allowed: --device cpu, cuda, cuda:N")
     on_gpu = device.type == "cuda"
     check_runs(s, str(device))
+    _quiet_kineto(device)
     say = progress or (lambda msg: None)
     ceilings = ensure_ceilings(results_dir, device, progress)
     with configuration(device, s):
@@ -254,6 +255,7 @@ def profile_forward(model: torch.nn.Module, batch: torch.Tensor, *, calls: int =
     every layer, and the median wall time of a forward in microseconds (profiled)."""
     for _ in range(warmup):
         model(batch)
+    _quiet_kineto(batch.device)
     cycles: list[list[Any]] = []
     with layer_ranges(leaf_modules(model)), profile(
             activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=calls, repeat=1),
