@@ -179,3 +179,23 @@ def test_on_a_gpu_each_layer_holds_the_kernels_it_launched(tmp_path):
     assert report.flops_total == pytest.approx(report.model_flops, rel=0.01)
     compute = report.table[report.table["bound"] == "compute"]
     assert not compute["above_roof"].astype(bool).any(), compute[compute["above_roof"].astype(bool)]
+
+
+def test_a_forward_is_profiled_layer_by_layer_with_what_ran_outside_every_layer():
+    """``run.layers.profile_forward``: the per-layer view of inference (how the int8 batch-1 slow path was found:
+    a quantized model's quantize/dequantize and residual adds run outside every layer)."""
+    from benchlib.run.layers import profile_forward
+
+    class Residual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.relu = nn.Conv2d(3, 3, 3, padding=1), nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.conv(x)) + x  # the add is in no leaf
+
+    times, outside, step_us = profile_forward(Residual().eval(), torch.randn(1, 3, 8, 8), calls=3, warmup=1)
+    assert set(times["layer"]) == {"conv", "relu", UNATTRIBUTED} and (times["calls"] >= 1).all()
+    assert dict(zip(times["layer"], times["kind"]))["conv"] == "Conv2d"
+    assert "aten::add" in set(outside["operator"]) and "aten::conv2d" not in set(outside["operator"])
+    assert step_us > 0 and times["time_us"].sum() == pytest.approx(step_us, rel=0.5)
