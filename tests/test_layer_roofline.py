@@ -199,3 +199,18 @@ def test_a_forward_is_profiled_layer_by_layer_with_what_ran_outside_every_layer(
     assert dict(zip(times["layer"], times["kind"]))["conv"] == "Conv2d"
     assert "aten::add" in set(outside["operator"]) and "aten::conv2d" not in set(outside["operator"])
     assert step_us > 0 and times["time_us"].sum() == pytest.approx(step_us, rel=0.5)
+
+
+def test_a_precision_without_a_measured_roof_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    from benchlib.roofline.ceilings import Ceilings
+    from benchlib.run import layers as run_layers
+
+    no_bf16 = Ceilings("cpu", "cpu", peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=1e10,
+                       skipped_dtypes={"bf16": "no native bf16 on this cpu"})
+    monkeypatch.setattr(run_layers, "ensure_ceilings", lambda *args, **kwargs: no_bf16)
+    code = main(["layers", "--model", "resnet18", "--data", "synthetic", "--batch-size", "8", "--results-dir",
+                 str(tmp_path), "--set", "precision=amp_bf16"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "layers: no measured bf16 roof on cpu (no native bf16 on this cpu); allowed: a precision whose roof " \
+           "was measured here: fp32" in err

@@ -139,6 +139,11 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     _quiet_kineto(device)
     say = progress or (lambda msg: None)
     ceilings = ensure_ceilings(results_dir, device, progress)
+    dtype = roof_dtype(s.knobs.precision, device.type, bool(s.knobs.tf32))
+    if dtype not in ceilings.peak_flops_per_s:
+        why = ceilings.skipped_dtypes.get(dtype, "not measured")
+        raise ConfigError(f"layers: no measured {dtype} roof on {device} ({why}); allowed: a precision whose roof "
+                          f"was measured here: {', '.join(ceilings.peak_flops_per_s)}")
     with configuration(device, s):
         built = build(cfg, device, cfg.batch_size)
         net, _ = wrap(built.model, s, device)
@@ -167,7 +172,6 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         x, _ = next(batches)
     per_step = [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     times = median_per_step(per_step)
-    dtype = roof_dtype(s.knobs.precision, device.type, bool(s.knobs.tf32))
     element_bytes = ELEMENT_BYTES[dtype]
     classes = built.loaders.num_classes
     sample = x.detach().to("cpu", torch.float32)
