@@ -93,16 +93,20 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _step_rows(events: list[Any], span: StepSpans, device: bool = False) -> pd.DataFrame:
-    """One profiled step's rows: each layer and phase, the optimizer, and the rest of the step (on a GPU,
-    ``device``: the kernels' time under each range; the rest holds launch gaps and an idle device too)."""
+def _step_rows(events: list[Any], span: StepSpans, device: bool = False, optimizer: bool = True) -> pd.DataFrame:
+    """One profiled step's rows: each layer and phase, the optimizer (a training step, ``optimizer``), and the
+    rest of the step (on a GPU, ``device``: the kernels' time under each range; the rest holds launch gaps and
+    an idle device too). A forward-only step has no optimizer row."""
     layers = layer_times(events, [span], device=device)
-    optimizer_us = (region_device_us(events, [span], "optimizer_step") if device
-                    else phase_time_us([span], "optimizer_step"))
+    optimizer_us = 0.0
+    extra = []
+    if optimizer:
+        optimizer_us = (region_device_us(events, [span], "optimizer_step") if device
+                        else phase_time_us([span], "optimizer_step"))
+        extra.append({"layer": OPTIMIZER, "phase": "optimizer", "calls": 1, "time_us": optimizer_us})
     rest_us = max(0.0, span.step_time_us - float(layers["time_us"].sum()) - optimizer_us)
-    extra = pd.DataFrame([{"layer": OPTIMIZER, "phase": "optimizer", "calls": 1, "time_us": optimizer_us},
-                          {"layer": UNATTRIBUTED, "phase": "other", "calls": 1, "time_us": rest_us}])
-    return pd.concat([layers, extra], ignore_index=True)
+    extra.append({"layer": UNATTRIBUTED, "phase": "other", "calls": 1, "time_us": rest_us})
+    return pd.concat([layers, pd.DataFrame(extra)], ignore_index=True)
 
 
 class _Steps:
@@ -270,12 +274,7 @@ def profile_forward(model: torch.nn.Module, batch: torch.Tensor, *, calls: int =
             prof.step()
     events = cycles[0]
     spans = step_spans(events)
-    per_step = []
-    for span in spans:
-        layers = layer_times(events, [span])
-        rest = max(0.0, span.step_time_us - float(layers["time_us"].sum()))
-        per_step.append(pd.concat([layers, pd.DataFrame([{"layer": UNATTRIBUTED, "phase": "other", "calls": 1,
-                                                          "time_us": rest}])], ignore_index=True))
+    per_step = [_step_rows(events, span, optimizer=False) for span in spans]
     times = median_per_step(per_step).sort_values("time_us", ascending=False).reset_index(drop=True)
     kinds = {name: type(m).__name__ for name, m in leaf_modules(model).items()}
     times.insert(1, "kind", times["layer"].map(kinds).fillna(""))
