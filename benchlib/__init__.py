@@ -86,7 +86,8 @@ if TYPE_CHECKING:
     from .pipeline.benchmark import benchmark
     from .pipeline.compare import compare
     from .pipeline.study import run_study
-    from .roofline.ceilings import Ceilings, measure_ceilings
+    from .roofline.ceilings import measure_ceilings
+    from .roofline.measured import Ceilings
     from .run.layers import LayerReport, measure_layers, record_layers
     from .run.measure import Measurement, measure
     from .run.preflight import load_study, settings_from_params

@@ -75,8 +75,9 @@ from benchlib.env.gpu import gpu_facts, precision_problem
 from benchlib.env.manifest import collect_manifest
 from benchlib.instruments.energy import EnergyMeter
 from benchlib.instruments.nvml import NvmlDevices, pynvml
+from benchlib.instruments.samples import Samples
 from benchlib.instruments.telemetry import TelemetrySampler
-from benchlib.instruments.timing import Samples, StepTimer
+from benchlib.instruments.timing import StepTimer
 from benchlib.nets.memory_floor import training_floor_bytes
 from benchlib.nets.models import build_model
 from benchlib.roofline.ceilings import measure_ceilings

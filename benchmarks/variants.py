@@ -28,7 +28,7 @@ from benchlib.data.datasets import load_dataset
 from benchlib.engine.knobs import compile_model, compile_seconds, unsupported_reason
 from benchlib.env.devices import cpu_model_name
 from benchlib.env.threads import apply_threads
-from benchlib.instruments.timing import Samples
+from benchlib.instruments.samples import Samples
 from benchlib.nets.models import build_model
 from benchlib.nets.quantize import (
     count_quantized_modules,

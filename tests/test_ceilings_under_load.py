@@ -10,8 +10,9 @@ import pytest
 import torch
 from conftest import TINY
 
-from benchlib.roofline.cache import ensure_ceilings, raised, read_ceilings, remeasure_ceilings, save_ceilings
-from benchlib.roofline.ceilings import best_of, measure_watched
+from benchlib.roofline.cache import ensure_ceilings, raised, remeasure_ceilings, save_ceilings
+from benchlib.roofline.ceilings import measure_watched
+from benchlib.roofline.measured import best_of, read_ceilings
 from benchlib.run.record import record, refresh_roofs
 from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.store.rows import stored_rows

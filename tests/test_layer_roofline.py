@@ -202,7 +202,7 @@ def test_a_forward_is_profiled_layer_by_layer_with_what_ran_outside_every_layer(
 
 
 def test_a_precision_without_a_measured_roof_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
-    from benchlib.roofline.ceilings import Ceilings
+    from benchlib.roofline.measured import Ceilings
     from benchlib.run import layers as run_layers
 
     no_bf16 = Ceilings("cpu", "cpu", peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=1e10,

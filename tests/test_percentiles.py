@@ -12,7 +12,7 @@ from scipy import stats
 from torch import nn
 
 from benchlib.engine.inference import measure_latency
-from benchlib.instruments.timing import (
+from benchlib.instruments.samples import (
     MAX_RELATIVE_WIDTH,
     Samples,
     min_samples_for,

@@ -12,7 +12,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 
 from benchlib.report.figures import charts, style, telemetry
 from benchlib.report.figures import roofline as roofline_figures
-from benchlib.roofline.ceilings import Ceilings  # noqa: E402
+from benchlib.roofline.measured import Ceilings  # noqa: E402
 
 MIB = 2**20
 

@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from benchlib.instruments.timing import RegionClock, Samples, StepTimer
+from benchlib.instruments.samples import Samples
+from benchlib.instruments.timing import RegionClock, StepTimer
 
 
 @pytest.mark.parametrize("values", [[0.1, 0.2, 0.3, 5.0], [1.0], [0.5] * 10, list(range(1, 101))])

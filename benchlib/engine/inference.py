@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from ..env.devices import synchronize
-from ..instruments.timing import Samples
+from ..instruments.samples import Samples
+from ..store.schema import BATCHES_PER_THROUGHPUT_REPEAT
 
 CallContext = Callable[[], AbstractContextManager[object]]
-BATCHES_PER_THROUGHPUT_REPEAT = 5
 # Samples a latency series goes on to within its time budget: p99 needs 299 for an interval at all, and at
 # 1000 its 95% interval runs between the 984th and the 997th sample, clear of the few slowest calls.
 LATENCY_TARGET_SAMPLES = 1000

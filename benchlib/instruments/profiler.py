@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from torch.autograd import DeviceType
 
 REGIONS = ("data_wait", "h2d_copy", "forward", "backward", "optimizer_step")
 # With a device timeline (CUDA) time is split as TensorBoard does: device kernels (compute), copies, data, the host
@@ -35,7 +34,14 @@ STEP_COLUMNS = ("step", "step_time_us") + tuple(f"{r}_us" for r in REGIONS)
 BREAKDOWN_COLUMNS = ("category", "time_us", "fraction")
 _STEP_PREFIX = "ProfilerStep#"
 _COMPUTE_REGIONS = ("forward", "backward", "optimizer_step")
-_DEVICE_TYPES = {DeviceType.CUDA, DeviceType.XPU, DeviceType.PrivateUse1}
+# Profiler events' device types by name (torch.autograd.DeviceType members): compared by name, this module
+# analyses events without importing torch, so a report that reads saved profiles does not load it.
+_DEVICE_TYPES = frozenset({"CUDA", "XPU", "PrivateUse1"})
+
+
+def _device_type(event: Any) -> str:
+    kind = event.device_type
+    return str(getattr(kind, "name", kind))
 _KERNEL_ACTIVITIES = {"kernel"}
 _COPY_ACTIVITIES = {"gpu_memcpy", "gpu_memset"}
 _TOLERANCE_US = 1e-6
@@ -110,7 +116,7 @@ def event_interval(event: Any) -> Interval:
 
 def is_host_event(event: Any) -> bool:
     """An event the host ran in order (not a device kernel, not an async span)."""
-    return event.device_type == DeviceType.CPU and not getattr(event, "is_async", False)
+    return _device_type(event) == "CPU" and not getattr(event, "is_async", False)
 
 
 def _step_number(event: Any) -> int | None:
@@ -126,7 +132,7 @@ def _step_number(event: Any) -> int | None:
 
 def device_work_kind(event: Any) -> str | None:
     """'kernel', 'copy' or None for one profiler event: only device-side work counts on the device."""
-    if event.device_type not in _DEVICE_TYPES:
+    if _device_type(event) not in _DEVICE_TYPES:
         return None
     activity = getattr(event, "activity_type", None)
     if activity:
@@ -237,7 +243,7 @@ def operators_table(averages: Iterable[Any]) -> pd.DataFrame:
         "cpu_memory_usage_bytes": int(a.cpu_memory_usage), "self_cpu_memory_usage_bytes": int(a.self_cpu_memory_usage),
         "device_memory_usage_bytes": int(getattr(a, "device_memory_usage", 0)),
         "self_device_memory_usage_bytes": int(getattr(a, "self_device_memory_usage", 0)),
-    } for a in averages if a.device_type == DeviceType.CPU and _is_operator(a.key)]
+    } for a in averages if _device_type(a) == "CPU" and _is_operator(a.key)]
     return pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS))
 
 

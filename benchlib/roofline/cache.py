@@ -6,9 +6,8 @@ GPU model, torch version or driver left under the same machine name is measured 
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,7 +16,8 @@ from ..env.devices import device_name
 from ..env.manifest import driver_version, machine_name
 from ..store.atomic import atomic_write_json
 from ..store.layout import ResultsLayout
-from .ceilings import Ceilings, _resolve_device, best_of, measure_ceilings_robust, measure_watched
+from .ceilings import _resolve_device, measure_ceilings_robust, measure_watched
+from .measured import Ceilings, best_of, read_ceilings
 
 
 def save_ceilings(ceilings: Ceilings, results_dir: str | Path) -> Path:
@@ -26,31 +26,6 @@ def save_ceilings(ceilings: Ceilings, results_dir: str | Path) -> Path:
     path = ResultsLayout.of(results_dir).ceilings_path(machine, ceilings.device)
     atomic_write_json(path, {**ceilings.to_json(), "machine": machine})
     return path
-
-
-def read_ceilings(path: Path) -> Ceilings:
-    """One ceilings file; ValueError when it is not one."""
-    ceilings = Ceilings.from_json(json.loads(path.read_text(encoding="utf-8")), path=str(path))
-    ceilings.machine = ceilings.machine or path.stem.split("__", 1)[0]
-    return ceilings
-
-
-def load_ceilings(results_dirs: Iterable[str | Path]) -> list[Ceilings]:
-    """Every saved ceilings file under the given results folders.
-
-    A folder without ceilings gives none; unreadable or foreign files are skipped with a warning naming them.
-    """
-    found: list[Ceilings] = []
-    for d in results_dirs:
-        d = Path(d)
-        if not d.is_dir():
-            raise FileNotFoundError(f"results folder '{d}' does not exist")
-        for path in ResultsLayout.of(d).ceilings_files():
-            try:
-                found.append(read_ceilings(path))
-            except (OSError, ValueError, TypeError, UnicodeDecodeError) as exc:
-                warnings.warn(f"skipping unreadable ceilings file {path}: {exc}", stacklevel=2)
-    return found
 
 
 def stale_reason(cached: Ceilings, device: torch.device) -> str | None:

@@ -20,8 +20,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,9 +32,9 @@ from ..env.manifest import driver_version
 from ..env.threads import usable_cpu_ids
 from ..instruments import interference
 from ..instruments.interference import DEFAULT_THRESHOLD_PCT
+from ..instruments.samples import NOISY_IQR_OVER_MEDIAN, Samples
 from ..instruments.telemetry import TelemetrySampler
-from ..instruments.timing import NOISY_IQR_OVER_MEDIAN, Samples
-from .model import ridge_point_flops_per_byte
+from .measured import Ceilings, best_of
 
 MIB = 2**20
 GIB = 2**30
@@ -53,73 +52,6 @@ DEFAULT_CONV_SHAPE = {"cpu": (16, 256, 14), "cuda": (64, 256, 56), "mps": (32, 2
 DEFAULT_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "tf32", "fp16", "bf16"), "mps": ("fp32", "fp16")}
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-@dataclass
-class Ceilings:
-    """One device's measured roof: peak FLOP/s per dtype, bandwidth (bytes read + written per second), and how.
-
-    ``samples`` keeps the raw seconds behind every figure; ``noisy`` names figures whose IQR/median is
-    over 10%; ``path`` is the file it was read from (not stored).
-    """
-
-    device: str
-    device_name: str
-    peak_flops_per_s: dict[str, float]  # the compute roof: the faster of the matmul and the convolution
-    bandwidth_bytes_per_s: float
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    iqr_over_median: dict[str, float] = field(default_factory=dict)
-    noisy: list[str] = field(default_factory=list)
-    skipped_dtypes: dict[str, str] = field(default_factory=dict)
-    matmul_size: int = 0
-    matmul_products_per_repeat: dict[str, int] = field(default_factory=dict)
-    copy_bytes: int = 0
-    copies_per_repeat: int = 0
-    repeats: int = 0
-    warmup: int = 0
-    threads: int = 0
-    torch: str = ""
-    driver: str | None = None
-    measured_utc: str = ""
-    method: str = ""
-    machine: str = ""
-    attempts: int = 1
-    attempt_peaks_flops_per_s: list[dict[str, float]] = field(default_factory=list)
-    attempt_bandwidths_bytes_per_s: list[float] = field(default_factory=list)
-    # other work on the machine while measuring (see instruments.interference): a roof measured under
-    # load is too low and puts correct points above it, so such a roof is measured again
-    interference_cpu_pct: float | None = None
-    steal_pct: float | None = None
-    interfered: bool | None = None  # every attempt was interfered (one quiet attempt makes the maximum sound)
-    interference: str | None = None
-    attempt_interference_cpu_pct: list[float | None] = field(default_factory=list)
-    matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
-    conv_flops_per_s: dict[str, float] = field(default_factory=dict)
-    conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the 3x3 convolution
-    path: str | None = None
-
-    @property
-    def ridge_point_flops_per_byte(self) -> dict[str, float]:
-        """Per dtype, the intensity where the roof turns from memory-bound to compute-bound."""
-        return {k: ridge_point_flops_per_byte(v, self.bandwidth_bytes_per_s) for k, v in self.peak_flops_per_s.items()}
-
-    def to_json(self) -> dict[str, Any]:
-        """What the ceilings file holds (the derived ridge points included for readers; ``path`` left out)."""
-        data = dataclasses.asdict(self)
-        data.pop("path")
-        data["ridge_point_flops_per_byte"] = self.ridge_point_flops_per_byte
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], path: str | None = None) -> Ceilings:
-        """Ceilings from a file's JSON; ValueError when it is not a benchlib ceilings file."""
-        if not isinstance(data, Mapping) or not isinstance(data.get("peak_flops_per_s"), dict) \
-                or not isinstance(data.get("bandwidth_bytes_per_s"), (int, float)) or "device" not in data:
-            raise ValueError("not a benchlib ceilings file")
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known and k != "path"}
-        values.setdefault("device_name", str(data["device"]))
-        return cls(**values, path=path)
 
 
 def _resolve_device(device: str | torch.device) -> torch.device:
@@ -374,40 +306,6 @@ def measure_watched(device: str | torch.device, threshold_pct: float = DEFAULT_T
     return dataclasses.replace(measured, interference_cpu_pct=seen.cpu_pct, steal_pct=seen.steal_pct,
                                interfered=seen.interfered, interference=seen.describe(),
                                attempt_interference_cpu_pct=[seen.cpu_pct])
-
-
-def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
-    """Merge ceiling measurements: per figure, the attempt with the highest median wins.
-
-    A ceiling is what the machine can do; a median taken while something else loaded it is lower,
-    never higher, so the highest of a few medians is the better estimate of the roof.
-    """
-    def highest(figures: Callable[[Ceilings], dict[str, float]]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for dtype in dict.fromkeys(d for a in attempts for d in figures(a)):
-            values = [figures(a)[dtype] for a in attempts if figures(a).get(dtype)]
-            if values:
-                out[dtype] = max(values)
-        return out
-
-    peaks = highest(lambda a: a.peak_flops_per_s)
-    quiet = [a for a in attempts if not a.interfered]
-    watched = [a for a in attempts if a.interfered is not None]
-    least = min(quiet or attempts, key=lambda a: a.interference_cpu_pct or 0.0)
-    return dataclasses.replace(
-        attempts[0], peak_flops_per_s=peaks, bandwidth_bytes_per_s=max(a.bandwidth_bytes_per_s for a in attempts),
-        matmul_flops_per_s=highest(lambda a: a.matmul_flops_per_s),
-        conv_flops_per_s=highest(lambda a: a.conv_flops_per_s),
-        attempts=sum(max(1, a.attempts) for a in attempts),
-        attempt_peaks_flops_per_s=[p for a in attempts for p in (a.attempt_peaks_flops_per_s or
-                                                                  [dict(a.peak_flops_per_s)])],
-        attempt_bandwidths_bytes_per_s=[b for a in attempts for b in (a.attempt_bandwidths_bytes_per_s or
-                                                                       [a.bandwidth_bytes_per_s])],
-        interference_cpu_pct=least.interference_cpu_pct, steal_pct=least.steal_pct,
-        interfered=(all(a.interfered for a in watched) if watched else None),
-        interference=None if quiet else least.interference,
-        attempt_interference_cpu_pct=[x for a in attempts for x in a.attempt_interference_cpu_pct],
-        measured_utc=max(a.measured_utc for a in attempts))
 
 
 def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3,

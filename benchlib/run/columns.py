@@ -22,9 +22,9 @@ from ..instruments import drift
 from ..instruments.accuracy import wilson_interval
 from ..instruments.energy import EnergyResult, per_sample
 from ..instruments.memory import MemoryReport
-from ..instruments.timing import Samples
+from ..instruments.samples import Samples
 from ..nets.flops import complexity_for_run
-from ..roofline.ceilings import Ceilings
+from ..roofline.measured import Ceilings
 from ..roofline.model import place_on_roof, roof_dtype
 from ..spec.settings import RunConfig, settings_digest
 from ..store import schema

@@ -19,7 +19,6 @@ from torch import nn
 from .. import log as messages
 from ..data.loaders import Loaders
 from ..engine.inference import (
-    BATCHES_PER_THROUGHPUT_REPEAT,
     LATENCY_TARGET_SAMPLES,
     example_batch,
     measure_latency,
@@ -39,8 +38,8 @@ from ..errors import RankFailed
 from ..instruments import interference
 from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
+from ..instruments.samples import Samples
 from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
-from ..instruments.timing import Samples
 from ..nets.quantize import (
     count_quantized_modules,
     model_size_on_disk_bytes,
@@ -48,8 +47,9 @@ from ..nets.quantize import (
     quantize_static_int8,
     unserved_copy,
 )
-from ..roofline.ceilings import Ceilings
+from ..roofline.measured import Ceilings
 from ..spec.settings import RunConfig, RunSettings
+from ..store.schema import BATCHES_PER_THROUGHPUT_REPEAT
 from .columns import (
     Row,
     accuracy_columns,

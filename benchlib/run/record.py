@@ -29,7 +29,7 @@ from ..env.rank_watch import RankWatch
 from ..errors import RankFailed
 from ..instruments.run_to_run import floor_pcts
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
-from ..roofline.ceilings import Ceilings
+from ..roofline.measured import Ceilings
 from ..spec.settings import RunConfig, RunSettings
 from ..spec.study import expand_variants, pair_parameters, schedule
 from ..spec.variants import Variant, parse_variant

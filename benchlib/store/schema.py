@@ -148,7 +148,7 @@ EVALUATION = _group(
     ("test_accuracy_ci_high", "", "upper end of that interval"),
 )
 # A percentile is published only when its distribution-free 95% interval exists (p50 needs 6 samples, p90 29,
-# p99 299) and spans at most this share of its value (instruments.timing.MAX_RELATIVE_WIDTH).
+# p99 299) and spans at most this share of its value (instruments.samples.MAX_RELATIVE_WIDTH).
 PERCENTILE_MAX_WIDTH_TEXT = "50%"
 
 
@@ -169,6 +169,9 @@ def _percentiles(prefix: str, where: str) -> tuple[Column, ...]:
     return _group(*out)
 
 
+# Each repeat of the inference throughput (a sample of the saved series infer_repeat_s) times this many
+# back-to-back batches: what a sample covers, for the row (run.measure) and for comparisons read back later.
+BATCHES_PER_THROUGHPUT_REPEAT = 5
 LATENCY = _percentiles("latency_ms", "at batch 1") + _group(
     ("latency_n", "repeats", "timed repeats behind the batch-1 latency percentiles"),
     ("latency_noisy", "", "batch-1 latencies spread too much to trust: IQR/median > 10%"),

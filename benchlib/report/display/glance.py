@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
 from ...store.atomic import atomic_write_bytes, safe_name
 from ..evidence.selection import ok_rows
 from ..figures.style import OKABE_ITO

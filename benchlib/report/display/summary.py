@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 from IPython.display import Markdown, display
 
-from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
-from ...roofline.cache import load_ceilings
+from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
+from ...roofline.measured import load_ceilings
 from ...store.layout import ResultsLayout
 from ...store.noise_floor import load_noise_floors
 from ...store.rows import key_of

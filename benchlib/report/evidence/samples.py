@@ -20,11 +20,10 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from ...engine.inference import BATCHES_PER_THROUGHPUT_REPEAT
 from ...instruments.run_to_run import floor_of
 from ...store.noise_floor import NoiseFloor, load_noise_floors
 from ...store.rows import flag_mask, read_samples
-from ...store.schema import finite_float
+from ...store.schema import BATCHES_PER_THROUGHPUT_REPEAT, finite_float
 from .stats import PRACTICAL_THRESHOLD, Comparison, compare, compare_runs, judge_single_runs, proportion_ratio
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ...roofline.ceilings import Ceilings
 from ...roofline.datasheet import datasheet_for
+from ...roofline.measured import Ceilings
 from ...store.atomic import safe_name
 from ..evidence.selection import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
 from ..words import fmt

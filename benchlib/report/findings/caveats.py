@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...instruments.interference import DEFAULT_THRESHOLD_PCT
-from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
 from ...store.rows import flag_mask
 from ...store.schema import finite_float
 from ..evidence.samples import NOISE_FLAGS

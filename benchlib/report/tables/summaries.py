@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from ...instruments.timing import NOISY_IQR_OVER_MEDIAN
+from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
 from ...store.rows import flag_mask
 from ..evidence.selection import config_key, ok_rows
 from ..evidence.stats import spread
