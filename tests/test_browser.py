@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(find_chromium() is None, reason="no chromium on this machine (apt install chromium)")]
 
 PAGES = {"index.html": "benchlib reports", "tiny/summary.html": "benchlib study: tiny",  # and each study's first pair
-         "tiny/runs/cpu__resnet18.html": "resnet18 on cpu: measurements \u00b7 tiny",
-         "tiny/profile/cpu__resnet18.html": "resnet18 on cpu: profile \u00b7 tiny"}
+         "tiny/runs/cpu__squeezenet1_1.html": "squeezenet1_1 on cpu: measurements \u00b7 tiny",
+         "tiny/profile/cpu__squeezenet1_1.html": "squeezenet1_1 on cpu: profile \u00b7 tiny"}
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +31,15 @@ def test_the_pages_a_reader_opens_have_titles_loaded_images_and_working_links(ch
         assert check.screenshot is not None and check.screenshot.stat().st_size > 10_000, name
         assert all(image["loaded"] for image in check.facts["images"]), name
         assert not [p for p in check.problems if p.startswith("link to a missing file")], name
-    assert found["tiny/summary.html"].facts["images"] and found["tiny/runs/cpu__resnet18.html"].facts["images"]
+    assert found["tiny/summary.html"].facts["images"] and found["tiny/runs/cpu__squeezenet1_1.html"].facts["images"]
     index_links = found["index.html"].facts["links"]
     assert {"tiny/data/tiny/results.csv", "columns.html", "measurement.html",
             "tiny/profile/cpu__squeezenet1_1.trace.json.gz"} <= set(index_links)
     assert (reports / "tiny" / "profile" / "cpu__squeezenet1_1.trace.json.gz").stat().st_size > 100
 
 
-@pytest.mark.parametrize("name", ["index.html", "tiny/runs/cpu__resnet18.html", "tiny/profile/cpu__resnet18.html"])
+@pytest.mark.parametrize("name", ["index.html", "tiny/runs/cpu__squeezenet1_1.html",
+                                  "tiny/profile/cpu__squeezenet1_1.html"])
 def test_the_index_pair_and_profile_pages_have_no_problem(checks, name):
     assert checks[1][name].problems == []
 

@@ -6,16 +6,18 @@ import subprocess
 import sys
 
 import pytest
+from conftest import seed_ceilings
 
 from benchlib.report.tables.comparisons import scaling_table
 from benchlib.store.rows import read_results, read_samples
 
 COMMON = ["run", "--model", "resnet18", "--data", "synthetic", "--batch-size", "64", "--steps", "3",
           "--set", "warmup_steps=0", "--set", "synthetic_samples=256", "--set", "latency_repeats=3",
-          "--set", "infer_warmup_batches=1", "--json"]
+          "--set", "latency_budget_s=0", "--set", "infer_warmup_batches=1", "--json"]
 
 
 def _run(out, *extra):
+    seed_ceilings(out)
     proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(out), *extra],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -72,6 +74,7 @@ def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path, f
 
     env = {**os.environ, "BENCHLIB_FAULT": f"{fault}@resnet18", "BENCHLIB_FAULT_RANK": rank,
            "BENCHLIB_DIST_TIMEOUT_S": "120"}
+    seed_ceilings(tmp_path)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(tmp_path),
                            "--nproc-per-node", "2"], capture_output=True, text=True, timeout=600, env=env)

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import TINY, seed_ceilings
 
 from benchlib.cli import main
 from benchlib.env import manifest
@@ -177,6 +177,11 @@ def _record(folder, model: str, seeds=(0,), batch: int = 16, own_process: bool =
         assert row is not None and row["status"] == "ok", row
 
 
+# A and B's runs; their latency series are repeats only (no time budget): the verdicts judge run against run,
+# whatever the precision of each run's own figure
+SIDE = {"train_steps": 10, "own_process": True, "latency_budget_s": 0}
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """Folders A and B of identical settings (four seeds each, each a run of its own), and one and two threads
@@ -190,13 +195,13 @@ def folders(tmp_path_factory):
     """
     root = tmp_path_factory.mktemp("diff")
     first = root / "a"
-    _record(first, "squeezenet1_1", seeds=(0,), train_steps=10, own_process=True)
+    _record(first, "squeezenet1_1", seeds=(0,), **SIDE)
     for name in ("b", "t1", "t2"):  # the machine's ceilings once, not per folder
         shutil.copytree(first / "ceilings", root / name / "ceilings")
-    _record(root / "b", "squeezenet1_1", seeds=(0,), train_steps=10, own_process=True)
+    _record(root / "b", "squeezenet1_1", seeds=(0,), **SIDE)
     for seed in (1, 2, 3):  # A B, B A, A B, B A: neither side is always the second, warmer run
         for name in (("b", "a") if seed % 2 else ("a", "b")):
-            _record(root / name, "squeezenet1_1", seeds=(seed,), train_steps=10, own_process=True)
+            _record(root / name, "squeezenet1_1", seeds=(seed,), **SIDE)
     _record(root / "b", "mobilenet_v2", train_steps=2)  # only in B
     for threads in (1, 2):
         _record(root / f"t{threads}", "resnet18", batch=64, threads=threads, train_steps=20, latency_repeats=20)
@@ -211,6 +216,7 @@ def _fresh_run(folder, threads: int) -> None:
     for key, value in sets.items():
         if key != "dataset":
             cmd += ["--set", f"{key}={value}"]
+    seed_ceilings(folder)
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
 
 

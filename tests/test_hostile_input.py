@@ -28,7 +28,7 @@ TINY = dict(dataset="digits", image_size=32, train_subset=64, test_subset=32, tr
             infer_warmup_batches=1, latency_repeats=3, epochs=1)
 BASE = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: [8]\ndataset: digits\n"
         "train_subset: 64\ntest_subset: 32\ntrain_steps: 2\nwarmup_steps: 1\nlatency_repeats: 3\n"
-        "infer_warmup_batches: 1\n")
+        "latency_budget_s: 0\ninfer_warmup_batches: 1\n")
 
 
 def _set(key: str, value: object, text: str = BASE) -> str:
@@ -102,13 +102,13 @@ def test_integers_are_bounded_by_what_their_consumer_accepts(tmp_path, untouched
 
 
 def test_a_repeated_key_is_refused_naming_both_lines(tmp_path, untouched, capsys):
-    _study(tmp_path, BASE + "lr: 0.1\nlr: 0.2\n", untouched, capsys, "key 'lr' appears twice, at lines 12 and 13",
+    _study(tmp_path, BASE + "lr: 0.1\nlr: 0.2\n", untouched, capsys, "key 'lr' appears twice, at lines 13 and 14",
            "allowed: each key once")
 
 
 def test_a_repeated_key_inside_a_section_is_refused(tmp_path, untouched, capsys):
     text = BASE + "tune:\n  search_space:\n    lr: {low: 0.001, high: 0.1}\n    lr: {low: 0.01, high: 0.2}\n"
-    _study(tmp_path, text, untouched, capsys, "key 'lr' appears twice, at lines 14 and 15")
+    _study(tmp_path, text, untouched, capsys, "key 'lr' appears twice, at lines 15 and 16")
 
 
 # ---------------------------------------------------------------- 2. settings that exceed the machine

@@ -53,7 +53,8 @@ def test_the_id_stays_readable_and_stable():
 @pytest.mark.slow
 def test_run_into_one_folder_never_overwrites_a_row_of_other_settings(tmp_path, capsys):
     common = ["run", "--model", "squeezenet1_1", "--batch-size", "8", "--steps", "2", "--results-dir", str(tmp_path),
-              "--set", "test_subset=32", "--set", "latency_repeats=3", "--set", "infer_warmup_batches=1", "--json"]
+              "--set", "test_subset=32", "--set", "latency_repeats=3", "--set", "latency_budget_s=0",
+              "--set", "infer_warmup_batches=1", "--json"]
     assert main([*common, "--data", "digits", "--set", "train_subset=64"]) == 0
     assert main([*common, "--data", "synthetic", "--set", "synthetic_samples=64"]) == 0
     df = read_results([tmp_path])
@@ -81,7 +82,7 @@ def test_a_study_rerun_after_changing_its_image_size(tmp_path, capsys):
     params = tmp_path / "s.yaml"
     base = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: [8]\ndataset: digits\n"
             "train_subset: 64\ntest_subset: 32\ntrain_steps: 2\nwarmup_steps: 1\nlatency_repeats: 3\n"
-            "infer_warmup_batches: 1\ncalibrate: false\n")
+            "latency_budget_s: 0\ninfer_warmup_batches: 1\ncalibrate: false\n")
     argv = ["study", str(params), "--results-root", str(tmp_path / "results"), "--reports-root",
             str(tmp_path / "reports"), "--no-summary"]
     params.write_text(base + "image_size: 32\n")

@@ -19,6 +19,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna", reason="needs the tune extra (optuna): pip install 'benchlib[tune]'")
 import yaml
+from conftest import seed_ceilings
 from optuna.trial import TrialState
 from slurm_cluster import missing_reason, one_node_cluster
 
@@ -30,7 +31,8 @@ from benchlib.store.tuning_storage import open_storage
 pytestmark = pytest.mark.slurm
 
 TINY = {"dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
-        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1}
+        "warmup_steps": 1, "latency_repeats": 3, "latency_budget_s": 0,
+        "infer_warmup_batches": 1}
 FINISHED = re.compile(r"trial \d+ (complete|fail|pruned) \(")  # a worker's line per trial it ran
 WAIT_S = 600  # a generous bound on one submit-and-wait: a test fails instead of hanging
 
@@ -57,6 +59,7 @@ def _params(tmp_path: Path, **extra) -> Path:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"],
                                     "batch_sizes": [8], "calibrate": False, **TINY, **extra}))
+    seed_ceilings(tmp_path / "results" / "s")
     return path
 
 

@@ -14,7 +14,8 @@ from benchlib.spec.study import doubling_range
 from benchlib.store.rows import read_results
 
 TINY = {"dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
-        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1}
+        "warmup_steps": 1, "latency_repeats": 3, "latency_budget_s": 0,
+        "infer_warmup_batches": 1}
 
 
 def _frame(rows):

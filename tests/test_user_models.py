@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import seed_ceilings
 from torch import nn
 
 from benchlib.errors import ConfigError
@@ -222,7 +223,8 @@ def test_run_takes_an_import_path_from_the_command_line(user_package, tmp_path):
 
     proc = subprocess.run([sys.executable, "-m", "benchlib", "run", "--model", "usernets:make_net", "--data",
                            "synthetic", "--batch-size", "8", "--steps", "2", "--set", "warmup_steps=0", "--set",
-                           "latency_repeats=3", "--json", "--results-dir", str(tmp_path)],
+                           "latency_repeats=3", "--set", "latency_budget_s=0", "--json", "--results-dir",
+                           str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -243,9 +245,10 @@ def test_a_study_of_an_import_path_and_a_timm_model_runs_through_papermill(user_
     params.write_text(yaml.safe_dump({
         "study": "mine", "hardware": ["cpu"], "models": ["usernets:make_net", "timm:resnet18"], "batch_sizes": [8],
         "dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
-        "warmup_steps": 1, "latency_repeats": 3, "infer_warmup_batches": 1, "calibrate": False,
+        "warmup_steps": 1, "latency_repeats": 3, "latency_budget_s": 0, "infer_warmup_batches": 1, "calibrate": False,
     }))
     results, reports = tmp_path / "results", tmp_path / "reports"
+    seed_ceilings(results / "mine")
     assert main(["study", str(params), "--results-root", str(results), "--reports-root", str(reports)]) == 0
     df = read_results([results / "mine"])
     assert set(df["model"]) == {"usernets:make_net", "timm:resnet18"} and (df["status"] == "ok").all()

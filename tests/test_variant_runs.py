@@ -15,7 +15,7 @@ from benchlib.spec.variants import PRESETS, apply_variant
 from benchlib.store.rows import read_results
 
 TINY = dict(dataset="digits", image_size=32, train_subset=128, test_subset=64, epochs=1, warmup_steps=1,
-            latency_repeats=3, infer_warmup_batches=1, lr=0.05)
+            latency_repeats=3, latency_budget_s=0, infer_warmup_batches=1, lr=0.05)
 
 
 @pytest.fixture(scope="module")
