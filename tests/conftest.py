@@ -85,8 +85,8 @@ def quickstart_run(tmp_path_factory):
     run = SimpleNamespace(notebook=root / "quickstart.ipynb", mine=root / "mine", results=root / "results",
                           reports=root / "reports")
     publish.execute(repo / "notebooks" / "quickstart.ipynb", run.notebook,
-                    {"steps": 3, "results_dir": str(run.mine), "study_params": str(params),
-                     "results_root": str(run.results), "reports_root": str(run.reports)},
+                    {"steps": 3, "settings": {"latency_budget_s": 0}, "results_dir": str(run.mine),
+                     "study_params": str(params), "results_root": str(run.results), "reports_root": str(run.reports)},
                     cwd=repo, cell_timeout_s=600, progress=False)
     return run
 

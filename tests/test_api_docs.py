@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import seed_ceilings
 
 API_DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
@@ -17,6 +18,7 @@ def test_the_api_page_examples_run(tmp_path):
     assert len(blocks) >= 4, "the page shows the one call, compare, a factory from a package and registration"
     script = tmp_path / "examples.py"
     script.write_text("\n\n".join(blocks))
+    seed_ceilings(tmp_path / "results" / "mine")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SmallCNN" in proc.stdout, "the first example prints its table"

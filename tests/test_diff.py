@@ -204,13 +204,13 @@ def folders(tmp_path_factory):
             _record(root / name, "squeezenet1_1", seeds=(seed,), **SIDE)
     _record(root / "b", "mobilenet_v2", train_steps=2)  # only in B
     for threads in (1, 2):
-        _record(root / f"t{threads}", "resnet18", batch=64, threads=threads, train_steps=20, latency_repeats=20)
+        _record(root / f"t{threads}", "resnet18", batch=64, threads=threads, train_steps=20, latency_budget_s=0)
     return root
 
 
 def _fresh_run(folder, threads: int) -> None:
     """One configuration in a fresh process, as a user runs `benchlib run` twice."""
-    sets = {**TINY, "train_steps": 20, "latency_repeats": 20}
+    sets = {**TINY, "train_steps": 20, "latency_repeats": 10, "latency_budget_s": 0}
     cmd = [sys.executable, "-m", "benchlib", "run", "--model", "resnet18", "--data", "digits", "--batch-size", "64",
            "--threads", str(threads), "--results-dir", str(folder)]
     for key, value in sets.items():

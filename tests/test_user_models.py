@@ -221,6 +221,7 @@ def test_run_takes_an_import_path_from_the_command_line(user_package, tmp_path):
     import json
     import subprocess
 
+    seed_ceilings(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "benchlib", "run", "--model", "usernets:make_net", "--data",
                            "synthetic", "--batch-size", "8", "--steps", "2", "--set", "warmup_steps=0", "--set",
                            "latency_repeats=3", "--set", "latency_budget_s=0", "--json", "--results-dir",
