@@ -210,7 +210,7 @@ def folders(tmp_path_factory):
 
 def _fresh_run(folder, threads: int) -> None:
     """One configuration in a fresh process, as a user runs `benchlib run` twice."""
-    sets = {**TINY, "train_steps": 20, "latency_repeats": 10, "latency_budget_s": 0}
+    sets = {**TINY, "train_steps": 10, "latency_repeats": 10, "latency_budget_s": 0}
     cmd = [sys.executable, "-m", "benchlib", "run", "--model", "resnet18", "--data", "digits", "--batch-size", "64",
            "--threads", str(threads), "--results-dir", str(folder)]
     for key, value in sets.items():
