@@ -11,18 +11,16 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.benchlib-installed
 
-# Re-installs when the dependency list or the pins change. --no-compile: pip would byte-compile every module of
-# every package (torch's thousands among them), 47 of the install's 90 s here; Python compiles the modules a
-# process imports on first use instead, once, into the same caches. TORCH_INDEX installs the pinned torch from
+# Re-installs when the dependency list or the pins change. TORCH_INDEX installs the pinned torch from
 # another of PyTorch's wheel indexes first (a V100 or P100 needs .../whl/cu126: docs/gpu.md); the pin
 # (2.14.1) admits its local build (2.14.1+cu126), so the install after it keeps that torch.
 TORCH_INDEX ?=
 $(VENV)/.benchlib-installed: pyproject.toml requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23"
-	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --no-compile -c requirements/constraints.txt \
-		--index-url $(TORCH_INDEX) torch torchvision)
-	$(PY) -m pip install --quiet --no-compile -c requirements/constraints.txt -e ".[all,dev]"
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet -c requirements/constraints.txt --index-url $(TORCH_INDEX) \
+		torch torchvision)
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[all,dev]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (benchlib)" >/dev/null
 	@touch $@
 
@@ -64,7 +62,7 @@ PLATFORM_PINS ?= torch==$(FLOOR_TORCH) torchvision==$(FLOOR_VISION) numpy==2.0.2
 FLOOR_TESTS ?= tests
 floor-test:
 	rm -rf $(FLOOR_VENV) && $(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_VENV)/bin/python -m pip install --quiet --no-compile $(PLATFORM_PINS)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet $(PLATFORM_PINS)
 	$(FLOOR_VENV)/bin/python -m pip freeze --exclude-editable > $(FLOOR_VENV)/platform-before.txt
 	$(FLOOR_VENV)/bin/python -m pip install --quiet -e ".[dev]"
 	$(FLOOR_VENV)/bin/python -m pip freeze --exclude-editable > $(FLOOR_VENV)/platform-after.txt
