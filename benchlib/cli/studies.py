@@ -29,6 +29,9 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
+    from ..spec.study import read_study_file
+
+    read_study_file(args.params)  # a missing or unreadable file is refused before torch and papermill load
     from ..pipeline.study import run_study
     from ..run.preflight import load_study
 
