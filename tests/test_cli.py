@@ -82,8 +82,7 @@ def test_flops_and_roofline_bad_input(capsys):
 def test_run_says_each_phase_and_where_it_wrote_the_row(capsys, tmp_path):
     code = main(["run", "--model", "squeezenet1_1", "--data", "digits", "--device", "cpu", "--batch-size", "16",
                  "--steps", "2", "--set", "train_subset=64", "--set", "test_subset=32", "--set", "warmup_steps=1",
-                 "--set", "latency_repeats=3", "--set", "latency_budget_s=0", "--set", "infer_warmup_batches=1",
-                 "--results-dir", str(tmp_path)])
+                 "--set", "latency_repeats=3", "--set", "infer_warmup_batches=1", "--results-dir", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 0
     progress = [ln for ln in captured.err.splitlines() if ln.startswith("[benchlib] ")]
