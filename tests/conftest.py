@@ -62,7 +62,7 @@ def seed_ceilings(results_dir) -> None:
 # model at two batch sizes; a second pair doubled the study's time and showed nothing more.
 TINY_STUDY = {"study": "tiny", "description": "a tiny pair, two batch sizes, profiled", "hardware": ["cpu"],
               "models": ["squeezenet1_1"], "batch_sizes": [8, 16], "dataset": "digits", "image_size": 32,
-              "train_subset": 64, "test_subset": 32, "train_steps": 2, "warmup_steps": 1, "latency_repeats": 3,
+              "train_subset": 64, "test_subset": 32, "train_steps": 2, "warmup_steps": 1, "latency_repeats": 6,
               "latency_budget_s": 0, "infer_warmup_batches": 1, "profile": True, "calibrate": False}
 
 
