@@ -29,14 +29,18 @@ def no_region(_name: str) -> AbstractContextManager[object]:
 def optimizer_impl(s: RunSettings, device: torch.device) -> str:
     """The optimizer kernels a configuration runs: ``s.optimizer_impl``, with ``auto`` resolved.
 
-    ``auto`` is ``fused`` on CUDA for every precision: a fused optimizer takes the gradient scaler's
-    inf check on the device, where the others read it on the host every step (a synchronize the fp32 row
-    does not pay), so an fp16 row and its fp32 baseline run the same optimizer without a per-step sync.
+    ``auto`` on CUDA is ``fused`` for Adam, whose fused kernel takes the gradient scaler's inf check on the
+    device (no per-step host sync), and ``foreach`` for SGD: torch's fused SGD advances its momentum on a
+    step the scaler skips (torch 2.11 on an H200 and 2.14 on a CPU: an fp16 resnet50 reached a NaN loss by
+    its sixth step), so an fp16 SGD row pays the scaler's host read instead. Each optimizer runs the same
+    kernels at every precision, so an fp16 row and its fp32 baseline differ by precision alone.
     Elsewhere it is torch's own choice (``default``).
     """
     if s.optimizer_impl != "auto":
         return s.optimizer_impl
-    return "fused" if device.type == "cuda" else "default"
+    if device.type != "cuda":
+        return "default"
+    return "foreach" if s.optimizer == "sgd" else "fused"
 
 
 def make_optimizer(model: nn.Module, s: RunSettings, device: torch.device | None = None) -> torch.optim.Optimizer:
