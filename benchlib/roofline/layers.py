@@ -56,8 +56,9 @@ def layer_roofline(times: pd.DataFrame, flops: Mapping[tuple[str, str], int],
     ``LAYER_COLUMNS``: its work, where it sits against the roof, and its share of ``step_s``.
 
     ``bound`` is which roof caps the layer (``compute`` at or right of the ridge, ``memory`` left of it);
-    ``above_roof`` flags a layer faster than its roof allows (a counting or timing error, or a working set
-    of at most ``cache_bytes`` that the last-level cache serves faster than DRAM: ``cache_resident``).
+    ``above_roof`` flags a layer faster than its roof allows (a counting or timing error; a working set
+    of at most ``cache_bytes`` that the last-level cache serves faster than DRAM: ``cache_resident``; or a
+    3x3 stride-1 convolution that cuDNN ran as Winograd, fewer multiplies than the nominal count).
     Rows without counted work (the unattributed rest) keep their time and share and place nothing.
     """
     ridge = peak_flops_per_s / bandwidth_bytes_per_s

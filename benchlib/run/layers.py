@@ -30,7 +30,7 @@ from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
 from ..instruments.layer_times import LAYER_PREFIX, layer_ranges, layer_times, phase_time_us, region_device_us
 from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
-from ..nets.counters import count_train_per_sample, leaf_modules
+from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
 from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_layer_work
 from ..roofline.cache import ensure_ceilings
 from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s
@@ -181,7 +181,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     sample = x.detach().to("cpu", torch.float32)
     work = count_layer_work(built.model, sample, classes,
                             optimizer=lambda m: make_optimizer(m, s, torch.device("cpu")))
-    model_flops = count_train_per_sample(built.model, sample, classes)[0] * sample.shape[0]
+    model_flops = count_train_per_sample(counting_copy(built.model), sample, classes)[0] * sample.shape[0]
     kinds = {name: type(m).__name__ for name, m in leaf_modules(built.model).items()}
     kinds[OPTIMIZER] = type(trainer.optimizer).__name__
     step_s = statistics.median(plain)
