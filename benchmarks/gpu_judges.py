@@ -189,12 +189,19 @@ def judge_latency(host_s: float, event_s: float) -> Check:
                  f"{host_s * 1e3:.2f} ms by host clock, {event_s * 1e3:.2f} ms by events")
 
 
-def judge_syncs(precision: str, messages: list[str]) -> Check:
-    """No host synchronization inside a timed step, from CUDA's sync debug warnings (other warnings ignored).
-    fp16 too: its GradScaler's inf check stays on the device with the fused optimizer (``optimizer_impl``)."""
-    syncs = [m for m in messages if "synchroniz" in m.lower()]
-    return Check(f"synchronizations inside {precision} steps", float(len(syncs)), "count", "0", not syncs,
-                 syncs[0][:120] if syncs else "")
+# what CUDA's sync debug mode says of each synchronizing call; its own notice on being switched on ("...is a
+# prototype feature and does not yet detect all synchronizing operations") is not a synchronization
+SYNC_WARNING = "called a synchronizing cuda operation"
+
+
+def judge_syncs(precision: str, messages: list[str], allowed: int = 0, why_allowed: str = "") -> Check:
+    """Host synchronizations inside timed steps, from CUDA's sync debug warnings (other warnings ignored):
+    none, or ``allowed`` where the optimizer's kernels need them (an fp16 scaler's inf read with a non-fused
+    optimizer, one per step; ``optimizer_impl``). More than that is a sync the baseline does not pay."""
+    syncs = [m for m in messages if SYNC_WARNING in m.lower()]
+    expected = f"<= {allowed} ({why_allowed})" if allowed else "0"
+    return Check(f"synchronizations inside {precision} steps", float(len(syncs)), "count", expected,
+                 len(syncs) <= allowed, syncs[0][:120] if syncs else "")
 
 
 NHWC = re.compile(r"nhwc|channels_?last", re.IGNORECASE)
@@ -339,11 +346,21 @@ def judge_timm(what: str, ours: float, theirs: float | None) -> Check:
 
 # ---------------------------------------------------------------- per-layer table on the GPU
 
-def judge_layers(coverage: float, flops_ratio: float, above_compute: int) -> Check:
+# Winograd F(2x2, 3x3) does 16 multiplies where a 3x3 stride-1 convolution's nominal count says 36: cuDNN picks
+# such kernels for fp32, and counted at the nominal FLOPs they run up to 2.25x "above" the roof
+WINOGRAD_MAX_ROOF_FRACTION = 36 / 16
+
+
+def judge_layers(coverage: float, flops_ratio: float, above_compute: int, above_by_winograd: int = 0) -> Check:
     """``benchlib layers`` on the GPU: the kernels attributed to layers (optimizer included) take at most the
     wall step (more would be kernels counted twice) and some of it; the layers' FLOPs are the model's within
-    1%; no compute-bound layer sits above its roof (a kernel credited to the wrong layer would)."""
-    passed = 0 < coverage <= 1.05 and abs(flops_ratio - 1) <= 0.01 and above_compute == 0
+    1%; no compute-bound layer sits above its roof (a kernel credited to the wrong layer would), except
+    3x3 stride-1 convolutions within Winograd's bound (``above_by_winograd`` of ``above_compute``; on an H200
+    in fp32 the four such convolutions of resnet18's layer2 ran 1.07-1.25x "above", no other layer did)."""
+    unexplained = above_compute - above_by_winograd
+    passed = 0 < coverage <= 1.05 and abs(flops_ratio - 1) <= 0.01 and unexplained == 0
     return Check("per-layer table: layers' kernel time / step", coverage, "ratio",
                  "0-1.05, FLOPs within 1% of the model's, no compute-bound layer above its roof", passed,
-                 f"FLOPs {flops_ratio:.4f}x the model's, {above_compute} compute-bound layer(s) above their roof")
+                 f"FLOPs {flops_ratio:.4f}x the model's, {above_compute} compute-bound layer(s) above their roof"
+                 + (f", {above_by_winograd} of them 3x3 stride-1 convolutions within Winograd's "
+                    f"{WINOGRAD_MAX_ROOF_FRACTION:.2f}x" if above_by_winograd else ""))

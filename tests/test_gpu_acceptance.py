@@ -247,6 +247,9 @@ def test_the_sync_judgement_counts_only_synchronizations_fp16_scaler_path_includ
     sync = "called a synchronizing CUDA operation"
     assert judges.judge_syncs("fp32", []).passed is True
     assert judges.judge_syncs("fp32", ["some UserWarning about a deprecated argument"]).passed is True
+    notice = ("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+              "operations")  # CUDA's own notice on switching the mode on: counted as a sync on an H200 before
+    assert judges.judge_syncs("fp32", [notice]).passed is True
     scaler = judges.judge_syncs("amp_fp16", [sync])  # a GradScaler reading its inf check on the host each step
     assert scaler.passed is False and scaler.figure == 1 and "synchronizing" in scaler.detail
     assert judges.judge_syncs("amp_bf16", [sync, sync]).figure == 2
@@ -299,3 +302,14 @@ def test_the_per_layer_judgement_can_fail(judges):
     assert judges.judge_layers(0.82, 1.2, 0).passed is False, "a downsample credited with the main branch's FLOPs"
     assert judges.judge_layers(0.82, 1.0, 3).passed is False, "kernels credited to the wrong layer"
     assert judges.judge_layers(0.0, 1.0, 0).passed is False, "no kernel attributed at all"
+    assert judges.judge_layers(0.96, 1.0, 5, 5).passed is True, "Winograd-shaped convolutions, as on an H200"
+    assert judges.judge_layers(0.96, 1.0, 5, 4).passed is False, "one layer above its roof unexplained"
+
+
+def test_winograd_shape_is_a_3x3_stride_1_ungrouped_convolution(acceptance):
+    nn = torch.nn
+    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, padding=1)) is True
+    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, stride=2, padding=1)) is False
+    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, groups=8)) is False
+    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 1)) is False
+    assert acceptance.winograd_shaped(nn.Linear(8, 8)) is False
