@@ -208,11 +208,11 @@ def folders(tmp_path_factory):
     return root
 
 
-def _fresh_run(folder, threads: int) -> None:
+def _fresh_run(folder, image_px: int = 32) -> None:
     """One configuration in a fresh process, as a user runs `benchlib run` twice."""
-    sets = {**TINY, "train_steps": 10, "latency_repeats": 10, "latency_budget_s": 0}
+    sets = {**TINY, "image_size": image_px, "train_steps": 6, "latency_repeats": 6, "latency_budget_s": 0}
     cmd = [sys.executable, "-m", "benchlib", "run", "--model", "resnet18", "--data", "digits", "--batch-size", "64",
-           "--threads", str(threads), "--results-dir", str(folder)]
+           "--threads", "1", "--results-dir", str(folder)]
     for key, value in sets.items():
         if key != "dataset":
             cmd += ["--set", f"{key}={value}"]
@@ -222,22 +222,22 @@ def _fresh_run(folder, threads: int) -> None:
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
-    """Folders of one run each, every run in its own fresh process: two of identical settings, one with two
-    threads; and a copy of each with a noise floor.
+    """Folders of one run each, every run in its own fresh process: two of identical settings, one at 64 px
+    (four times the pixels); and a copy of each with a noise floor.
 
     The floor is written here, not measured (a real calibration takes minutes): run-to-run figures whose
     spread, pooled over one and two threads, gives a single-run bound of about 29%, as on this VM on a quiet
     day (the two-thread runs the noisier).
     """
     root = tmp_path_factory.mktemp("fresh")
-    for name, threads in (("a", 1), ("b", 1), ("t2", 2)):
-        _fresh_run(root / name, threads)
+    for name, image_px in (("a", 32), ("b", 32), ("px64", 64)):
+        _fresh_run(root / name, image_px)
     base = np.exp(np.array([-1.2, -0.5, 0.0, 0.5, 1.2]) * 0.045)
     floor = NoiseFloor(machine=machine_name(), measured_utc="2026-11-25T00:00:00Z", torch="", configuration="test",
                        values={1: {"train_step_s": tuple(0.15 * base), "infer_samples_per_s": tuple(900 * base)},
                                2: {"train_step_s": tuple(0.09 * base ** 1.5),
                                    "infer_samples_per_s": tuple(1400 * base ** 1.5)}}, minutes=0.0)
-    for name in ("a", "b", "t2"):
+    for name in ("a", "b", "px64"):
         shutil.copytree(root / name, root / f"{name}_floor")
         save_noise_floor(floor, root / f"{name}_floor")
     return root
@@ -271,30 +271,36 @@ def test_identical_single_runs_in_fresh_processes_are_judged_only_against_the_fl
     assert len(regressions(with_floor, 0)) == len(claimed)
 
 
-def test_one_thread_against_two_in_fresh_processes_is_claimed_beyond_the_floor(fresh, capsys):
-    """On a quiet 2-core machine two threads train resnet18 at batch 64 about 1.7x as fast as one: beyond a 29%
-    floor. Which way is not asserted (a busy machine can slow the two-thread run more), that a difference is
-    claimed is."""
-    table = diff(fresh / "a_floor", fresh / "t2_floor", ["train_samples_per_s"], ignore=["threads"])
+def test_a_real_difference_in_fresh_processes_is_claimed_beyond_the_floor(fresh, capsys):
+    """Four times the pixels make resnet18 train several times slower: beyond a 29% floor even when this VM's
+    speed moves by 1.9x between the runs. (One thread against two was the contrast once: on this 2-vCPU VM
+    it gave 1.7x on a quiet day and 1.23x in one CI run, inside the floor, so the test failed on the machine.)
+    Which way is not asserted, that a difference is claimed is, and the gate fails one direction only."""
+    table = diff(fresh / "a_floor", fresh / "px64_floor", ["train_samples_per_s"], ignore=["image_size"])
     (row,) = table.to_dict("records")
     assert row["level"] == "floor" and row["verdict"] in CLAIMS, row
     assert row["ci_low"] > 1.0 or row["ci_high"] < 1.0
-    assert "in training step time and" in "\n".join(floor_lines(fresh / "a_floor", fresh / "t2_floor"))
-    gate = ["--metric", "train_samples_per_s", "--ignore", "threads", "--fail-on-regression", "5"]
-    codes = [main(["diff", str(fresh / x), str(fresh / y), *gate]) for x, y in (("t2_floor", "a_floor"),
-                                                                                 ("a_floor", "t2_floor"))]
+    assert "in training step time and" in "\n".join(floor_lines(fresh / "a_floor", fresh / "px64_floor"))
+    gate = ["--metric", "train_samples_per_s", "--ignore", "image_size", "--fail-on-regression", "5"]
+    codes = [main(["diff", str(fresh / x), str(fresh / y), *gate]) for x, y in (("px64_floor", "a_floor"),
+                                                                                 ("a_floor", "px64_floor"))]
     assert sorted(codes) == [0, 1] and "1 regression(s) over 5%" in capsys.readouterr().err
-    assert main(["diff", str(fresh / "t2"), str(fresh / "a"), *gate]) == 0  # no floor: inconclusive, no gate
+    assert main(["diff", str(fresh / "px64"), str(fresh / "a"), *gate]) == 0  # no floor: inconclusive, no gate
     assert "inconclusive: " in capsys.readouterr().out
 
 
 def test_two_runs_of_identical_settings_are_judged_same(folders):
+    """Four runs a side, compared run by run. Four against four separate completely by chance 2 times in 70
+    (Mann-Whitney's smallest p, 0.029, is under 0.05): then a claim is the test's nominal false alarm, and
+    what is asserted is that it stays small. Otherwise the verdict is "same"."""
     table = diff(folders / "a", folders / "b", ["train_samples_per_s", "train_step_s", "test_accuracy"])
     same = table[table["configuration"].str.startswith("cpu__squeezenet1_1")].set_index("metric")
     assert same.loc["train_samples_per_s", "level"] == "runs"  # four runs a side: run-to-run drift counts
     assert same.loc["train_samples_per_s", "test"] == "mann-whitney"
-    assert same.loc["train_samples_per_s", "verdict"] == "same", same.to_dict("index")
-    assert same.loc["train_step_s", "verdict"] == "same"
+    for metric in ("train_samples_per_s", "train_step_s"):
+        row = same.loc[metric]
+        separated = row["p_value"] < 0.05  # every run of one side beyond every run of the other
+        assert row["verdict"] == "same" or (separated and abs(row["ratio"] - 1) < 0.10), same.to_dict("index")
     assert same.loc["test_accuracy", "ratio"] == 1.0  # same seeds, same data: the same weights
     only = table[table["configuration"].str.startswith("cpu__mobilenet_v2")]
     assert set(only["verdict"]) == {"only in B"}, "a configuration on one side only is listed, not dropped"
