@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,6 +177,19 @@ def test_specs_and_the_store_do_not_import_torch(layer):
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             offenders += [f"{name}: {n}" for n in names if n.split(".")[0] in ("torch", "torchvision", "numpy")]
     assert not offenders
+
+
+def test_the_summary_pages_and_the_datasheets_load_no_torch():
+    """The summary notebook's kernel builds pages from files: loading torch there cost each report about
+    1.8 s (the roofline pages reached it through the datasheet's MIG check, in env/gpu.py)."""
+    probe = ("import sys\n"
+             "from benchlib.report.display import summary\n"
+             "from benchlib.report.figures import roofline\n"
+             "from benchlib.roofline.datasheet import datasheet_for\n"
+             "datasheet_for('NVIDIA A100-SXM4-40GB MIG 1g.5gb'); datasheet_for('NVIDIA H200')\n"
+             "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
 
 
 def test_the_facade_exports_what_it_lists():

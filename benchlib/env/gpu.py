@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .mig import is_mig_name
+
 # Below this, a bandwidth copy fits in the last-level cache of current GPUs (up to 126 MiB on Blackwell
 # parts, 50 MiB on H100): its figure would be cache bandwidth, not the DRAM roof the roofline needs.
 MIN_COPY_BYTES = 256 * 2**20
@@ -25,11 +27,6 @@ TF32_BF16_CAPABILITY = (8, 0)
 DEFAULT_CUDA_LOWEST = (7, 5)
 LEGACY_CUDA_LOWEST = (5, 0)
 LEGACY_CUDA_INDEX = "https://download.pytorch.org/whl/cu126"
-
-
-def is_mig_name(name: str) -> bool:
-    """Whether a device name is a MIG slice's (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``): a fraction of a GPU."""
-    return " MIG " in f" {' '.join(name.upper().split())} "
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from ..env.mig import is_mig_name
+
 TERA = 1e12
 GIGA = 1e9
 
@@ -177,7 +179,6 @@ def datasheet_for(device_name: str, form: str | None = None) -> dict[str, Any] |
     ``form`` (``GpuFacts.form``: ``sxm``, ``pcie``) rules out entries of another board, whatever the name
     matched. The returned copy carries ``"name"`` (the DATASHEET key) so a plot can label the roof it draws.
     """
-    from ..env.gpu import is_mig_name  # here, not at the top: reading the datasheet needs no torch
     text = _normal(device_name)
     if is_mig_name(text):  # a MIG slice has a fraction of the part's SMs and bandwidth: not the part's figures
         return None
