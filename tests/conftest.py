@@ -63,7 +63,8 @@ def seed_ceilings(results_dir) -> None:
 TINY_STUDY = {"study": "tiny", "description": "a tiny pair, two batch sizes, profiled", "hardware": ["cpu"],
               "models": ["squeezenet1_1"], "batch_sizes": [8, 16], "dataset": "digits", "image_size": 32,
               "train_subset": 64, "test_subset": 32, "train_steps": 2, "warmup_steps": 1, "latency_repeats": 6,
-              "latency_budget_s": 0, "infer_warmup_batches": 1, "profile": True, "calibrate": False}
+              "latency_budget_s": 0, "infer_warmup_batches": 1, "profile": True, "calibrate": False,
+              "ceilings_at_end": False}
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +85,8 @@ def quickstart_run(tmp_path_factory):
     params.write_text(yaml.safe_dump(TINY_STUDY))
     run = SimpleNamespace(notebook=root / "quickstart.ipynb", mine=root / "mine", results=root / "results",
                           reports=root / "reports")
+    for folder in (run.mine, run.results / TINY_STUDY["study"]):  # the ceilings modules test measuring them
+        seed_ceilings(folder)
     publish.execute(repo / "notebooks" / "quickstart.ipynb", run.notebook,
                     {"steps": 3, "settings": {"latency_budget_s": 0}, "results_dir": str(run.mine),
                      "study_params": str(params), "results_root": str(run.results), "reports_root": str(run.reports)},

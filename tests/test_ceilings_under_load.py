@@ -98,3 +98,14 @@ def test_rows_are_placed_again_under_a_raised_roof(tmp_path):
     assert after["roof_fraction"] == pytest.approx(stored["roof_fraction"] / 2, rel=1e-6)
     assert after["train_samples_per_s"] == stored["train_samples_per_s"], "only the roof columns change"
     assert refresh_roofs(tmp_path, stored["machine"], torch.device("cpu"), higher) == 0
+
+
+def test_the_study_key_for_the_ceilings_at_the_end():
+    from benchlib.errors import ConfigError
+    from benchlib.spec.study import parse_study
+
+    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8]}
+    assert parse_study(base, "x").ceilings_at_end is True, "on by default: a roof is a maximum"
+    assert parse_study({**base, "ceilings_at_end": False}, "x").ceilings_at_end is False
+    with pytest.raises(ConfigError, match="key 'ceilings_at_end' is 'no'; allowed: true or false"):
+        parse_study({**base, "ceilings_at_end": "no"}, "x")

@@ -82,7 +82,7 @@ def test_a_study_rerun_after_changing_its_image_size(tmp_path, capsys):
     params = tmp_path / "s.yaml"
     base = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: [8]\ndataset: digits\n"
             "train_subset: 64\ntest_subset: 32\ntrain_steps: 2\nwarmup_steps: 1\nlatency_repeats: 3\n"
-            "latency_budget_s: 0\ninfer_warmup_batches: 1\ncalibrate: false\n")
+            "latency_budget_s: 0\ninfer_warmup_batches: 1\ncalibrate: false\nceilings_at_end: false\n")
     argv = ["study", str(params), "--results-root", str(tmp_path / "results"), "--reports-root",
             str(tmp_path / "reports"), "--no-summary"]
     params.write_text(base + "image_size: 32\n")

@@ -59,6 +59,7 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
     assert 1 <= len(before) < 3, "the kill should land mid-study"
     done = subprocess.run(_cli(tmp_path, params, "--no-summary"), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "ceilings of cpu once more at the end of the study" in done.stderr  # ceilings_at_end's default
     df = read_results([tmp_path / "results" / "s"])
     assert len(df) == 3 and df["run_id"].is_unique and (df["status"] == "ok").all()
     # rows written before the kill are kept as measured; only their place under the roof may move, since the
@@ -77,9 +78,10 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
 def test_raising_and_dying_notebooks_become_failure_rows(tmp_path):
     """One study, two faults: a configuration whose cell raises (its pair's other configuration stands) and a
     kernel that dies (every configuration of its pair fails); the study goes on and its summary says so."""
-    params = _study(tmp_path, models=["resnet18", "squeezenet1_1"], batch_sizes=[4, 8])
+    params = _study(tmp_path, models=["resnet18", "squeezenet1_1"], batch_sizes=[4, 8], ceilings_at_end=False)
     env = {**os.environ, "BENCHLIB_FAULT": "exit@resnet18,raise@squeezenet1_1__bs8"}
     proc = subprocess.run(_cli(tmp_path, params), capture_output=True, text=True, timeout=600, env=env)
+    assert "once more at the end" not in proc.stderr, "ceilings_at_end: false keeps the ceilings of the start"
     assert proc.returncode == 1, "a failed pair makes the study exit non-zero"
     df = read_results([tmp_path / "results" / "s"]).set_index(["model", "batch_size"])
     assert df.loc[("squeezenet1_1", 4), "status"] == "ok", "the study went on past the dead kernel"

@@ -101,7 +101,7 @@ class Frames(SampleFiles):
 
 TINY_STUDY = ("study: s\nhardware: [cpu]\nmodels: [squeezenet1_1]\nbatch_sizes: [8]\ndataset: digits\n"
               "train_subset: 64\ntest_subset: 32\ntrain_steps: 3\nwarmup_steps: 1\nlatency_repeats: 6\n"
-              "latency_budget_s: 0\ninfer_warmup_batches: 1\ncalibrate: false\n")
+              "latency_budget_s: 0\ninfer_warmup_batches: 1\ncalibrate: false\nceilings_at_end: false\n")
 
 
 @pytest.mark.slow

@@ -58,7 +58,7 @@ def _benchlib(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
 def _params(tmp_path: Path, **extra) -> Path:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"],
-                                    "batch_sizes": [8], "calibrate": False, **TINY, **extra}))
+                                    "batch_sizes": [8], "calibrate": False, "ceilings_at_end": False, **TINY, **extra}))
     seed_ceilings(tmp_path / "results" / "s")
     return path
 

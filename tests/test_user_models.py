@@ -247,6 +247,7 @@ def test_a_study_of_an_import_path_and_a_timm_model_runs_through_papermill(user_
         "study": "mine", "hardware": ["cpu"], "models": ["usernets:make_net", "timm:resnet18"], "batch_sizes": [8],
         "dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
         "warmup_steps": 1, "latency_repeats": 3, "latency_budget_s": 0, "infer_warmup_batches": 1, "calibrate": False,
+        "ceilings_at_end": False,
     }))
     results, reports = tmp_path / "results", tmp_path / "reports"
     seed_ceilings(results / "mine")

@@ -56,6 +56,9 @@ GRID_KEYS: dict[str, str] = {
               "layers) at its first batch size, on CPU or CUDA",
     "calibrate": "true (default) or false: measure this machine's run-to-run noise floor at the start (benchlib "
                  "calibrate; reused while fresh), so comparisons of one run a side can be judged",
+    "ceilings_at_end": "true (default) or false: measure the roofline ceilings once more at the end of the study and "
+                       "keep the higher of each (a roof is a maximum); false keeps those measured or loaded at its "
+                       "start (about 3 s less a study on a 2-core CPU; each task of a SLURM array is a study)",
     "interleave": "true (default) or false: run a pair's configurations in rounds (seed, then batch size), every "
                   "variant and swept value of a round back to back, so slow drift spreads over all of them",
     "variants": "list of variant presets (cpu-default, cpu-quantized, gpu-amp, ...) or mappings of knobs",
@@ -181,6 +184,7 @@ class StudyConfig:
     calibrate: bool = True  # the machine's noise floor measured (or a fresh one reused) at the start
     auto_repeats: AutoRepeats | None = None  # repeats: auto (then ``repeats`` is its max_runs)
     layers: bool = False  # each pair's step layer by layer (benchlib layers) at its first batch size
+    ceilings_at_end: bool = True  # the ceilings measured once more at the end, the higher of each kept
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
@@ -346,7 +350,8 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
                        variants, _flag(raw, "interleave", where, default=True),
-                       _flag(raw, "calibrate", where, default=True), auto, _flag(raw, "layers", where))
+                       _flag(raw, "calibrate", where, default=True), auto, _flag(raw, "layers", where),
+                       _flag(raw, "ceilings_at_end", where, default=True))
 
 
 def read_study_file(path: str | Path) -> Any:
