@@ -192,6 +192,19 @@ def test_the_summary_pages_and_the_datasheets_load_no_torch():
     assert done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
 
 
+def test_the_report_command_loads_neither_torchvision_nor_the_iri_grammar(tmp_path):
+    """`benchlib report` (and a study's driver between its kernels) reads rows and runs notebooks: torchvision
+    (torch._dynamo with it, 1.5 s) came through the manifest and the row columns, and jsonschema's optional
+    IRI grammar (1.2 s) through nbformat; neither serves that process."""
+    probe = ("import sys\n"
+             "from benchlib.cli import main\n"
+             f"assert main(['report', {str(tmp_path / 'none')!r}]) == 2\n"
+             "assert 'benchlib.pipeline.study' in sys.modules and 'nbformat' in sys.modules\n"
+             "print(sorted(m for m in ('torchvision', 'rfc3987_syntax') if sys.modules.get(m)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
+
+
 def test_the_facade_exports_what_it_lists():
     import benchlib
     from benchlib.errors import MissingExtra

@@ -18,6 +18,7 @@ from benchlib.instruments.run_to_run import floor_pcts
 from benchlib.pipeline import calibrate, publish
 from benchlib.pipeline import study as study_pipeline
 from benchlib.report.evidence import floors
+from benchlib.run import measure as measure_module
 from benchlib.run import record as record_module
 from benchlib.spec.settings import RunConfig
 from benchlib.spec.study import parse_study
@@ -242,7 +243,7 @@ def test_the_manifest_carries_this_machines_floor(tmp_path, monkeypatch, tiny_se
     def nothing_measured(*a, **k):  # the manifest is written before the measurement, which is not the point here
         raise RuntimeError("not measured in this test")
 
-    monkeypatch.setattr(record_module, "measure", nothing_measured)
+    monkeypatch.setattr(measure_module, "measure", nothing_measured)
     row = record_module.record(RunConfig("t", "cpu", "squeezenet1_1", 8, tiny_settings), tmp_path, progress=None)
     assert row["status"] == "failed"
     manifest = json.loads(ResultsLayout.of(tmp_path).manifest_path(row["manifest_id"]).read_text())

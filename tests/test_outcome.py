@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from benchlib.errors import SkippedConfiguration
+from benchlib.run import measure as measure_module
 from benchlib.run import record as record_module
 from benchlib.run.outcome import error_text, failure_status
 from benchlib.spec.settings import RunConfig, RunSettings
@@ -29,7 +30,7 @@ def test_an_out_of_memory_batch_is_a_row_and_the_study_goes_on(tmp_path, monkeyp
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
 
     monkeypatch.setattr(record_module, "ensure_ceilings", lambda *args, **kwargs: None)
-    monkeypatch.setattr(record_module, "measure", out_of_memory)
+    monkeypatch.setattr(measure_module, "measure", out_of_memory)
     row = record_module.record(RunConfig("o", "cpu", "resnet18", 4096), tmp_path, progress=None)
     assert row is not None and row["status"] == "oom"
     assert row["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"

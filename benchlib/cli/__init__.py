@@ -25,8 +25,19 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
     return f"benchlib: warning: {message}\n"
 
 
+def _without_the_iri_grammar() -> None:
+    """jsonschema imports ``rfc3987_syntax`` where it is installed (jupyterlab's jupyter-events asks for it),
+    and that module compiles a grammar as it is imported: 1.2 s of every command that reads or runs a
+    notebook (nbformat validates with jsonschema). Only jsonschema's "iri" formats use it, and no notebook
+    schema has one. So the command's own process goes without it; a user's kernel that imports benchlib is
+    left as it is (this runs in ``main`` only)."""
+    if "rfc3987_syntax" not in sys.modules:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # what an ImportError is made of
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
+    _without_the_iri_grammar()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

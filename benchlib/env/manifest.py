@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torchvision
 
 from .._version import __version__
 from .devices import available_hardware, cpu_model_name
@@ -85,6 +84,9 @@ def driver_version() -> tuple[str | None, str | None]:
 
 def collect_manifest() -> dict[str, Any]:
     """Every condition a result depends on (docs/measurement.md, \"Conditions\")."""
+    # imported here, not above: a study's driver process reads machine_name() but never builds a model, and
+    # torchvision's import (torch._dynamo with it) is 1.5 s of every such process; a measuring process has it
+    import torchvision
     manifest: dict[str, Any] = {
         "benchlib_version": __version__,
         "git_commit": _git_commit(),

@@ -23,7 +23,6 @@ from ..instruments.accuracy import wilson_interval
 from ..instruments.energy import EnergyResult, per_sample
 from ..instruments.memory import MemoryReport
 from ..instruments.samples import Samples
-from ..nets.flops import complexity_for_run
 from ..roofline.measured import Ceilings
 from ..roofline.model import place_on_roof, roof_dtype
 from ..spec.settings import RunConfig, settings_digest
@@ -86,6 +85,8 @@ def work_columns(cfg: RunConfig, num_classes: int, per_device_batch: int) -> Row
     with activations in the dtype the variant computes in.
     """
     dtype = ACTIVATION_DTYPES[cfg.settings.knobs.precision]
+    from ..nets.flops import complexity_for_run  # here: a study's driver reads rows, never counts (torchvision)
+
     c = complexity_for_run(cfg.model, cfg.settings.image_size, per_device_batch, num_classes, activation_dtype=dtype)
     return {
         "macs_per_sample": c.macs_per_sample, "flops_per_sample": c.flops_per_sample,

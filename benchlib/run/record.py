@@ -39,7 +39,6 @@ from ..store.noise_floor import read_noise_floor
 from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, write_row
 from .columns import Row, roof_columns
 from .faults import maybe_inject
-from .measure import measure
 from .outcome import failure_row, failure_status
 
 ProgressFn = Callable[[str], None]
@@ -75,6 +74,8 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
             write_row(layout, row, {})
             if progress:
                 progress(f"{cfg.run_id}: {row['status']}: {failure}")
+
+        from .measure import measure  # here: a study's driver keeps rows, never measures (data, models: 2 s)
 
         measured = measure(cfg, machine=manifest["machine"], progress=progress, ceilings=ceilings, weights=weights,
                            heartbeat=heartbeat, on_peer_failure=record_peer_failure if main_rank else None)
