@@ -1,6 +1,4 @@
 """``python -m benchlib``: the same as the ``benchlib`` command."""
-import sys
+from .cli import entry
 
-from .cli import main
-
-sys.exit(main())
+entry()

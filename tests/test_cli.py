@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -43,6 +44,12 @@ def test_python_dash_m_and_exit_code():
         proc.stderr.strip()
         == "benchlib: error: /nonexistent.yaml: params file not found; give a YAML file such as params/default.yaml"
     )
+    # the command ends its process without Python's teardown (cli.entry): what it printed into a pipe (block
+    # buffered, so lost unless flushed) arrives whole, with main's exit code
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-m", "benchlib", "env", "--json"], capture_output=True, text=True,
+                          timeout=120, env=buffered)
+    assert done.returncode == 0 and json.loads(done.stdout)["torchvision"], done.stderr[-2000:]
 
 
 def test_flops_json(capsys):

@@ -29,6 +29,11 @@ from ..store.atomic import atomic_write_text
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 
 KERNEL_NAME = "python3"
+# Once the last cell has answered, the kernel is stopped at once (its process group killed) instead of asked to
+# shut down: a graceful shutdown waits for Python to tear down torch and torchvision, 1.2 s of every pair's
+# notebook here, and the kernel has nothing left to do by then (every row and file is written, atomically, by
+# a cell; benchlib registers no exit handler). nbclient's own switch, passed through papermill.
+KERNEL_SHUTDOWN = "immediate"
 
 
 def notebooks_dir() -> Path:
@@ -95,7 +100,8 @@ def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Pat
         papermill.execute_notebook(
             str(notebook), str(output), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
             execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
-            request_save_on_cell_execute=True, **({"kernel_manager_class": manager} if manager else {}),
+            request_save_on_cell_execute=True, shutdown_kernel=KERNEL_SHUTDOWN,
+            **({"kernel_manager_class": manager} if manager else {}),
         )
 
 
