@@ -8,6 +8,7 @@ import sys
 import pytest
 from conftest import seed_ceilings
 
+from benchlib.cli import main
 from benchlib.report.tables.comparisons import scaling_table
 from benchlib.store.rows import read_results, read_samples
 
@@ -16,12 +17,15 @@ COMMON = ["run", "--model", "resnet18", "--data", "synthetic", "--batch-size", "
           "--set", "latency_budget_s=0", "--set", "infer_warmup_batches=1", "--json"]
 
 
-def _run(out, *extra):
+def _run(out, capfd, *extra):
+    """``benchlib run`` called in this process (a process's start is about 4 s here); with --nproc-per-node it
+    launches torchrun as a user's command does, and the ranks print to this process's descriptors."""
     seed_ceilings(out)
-    proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(out), *extra],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    capfd.readouterr()
+    code = main([*COMMON, "--results-dir", str(out), *extra])
+    captured = capfd.readouterr()
+    assert code == 0, captured.err[-3000:]
+    lines = [ln for ln in captured.out.splitlines() if ln.startswith("{")]
     assert len(lines) == 1, "only rank 0 prints its row"
     row = json.loads(lines[0])
     losses = read_samples(out, row)
@@ -29,9 +33,9 @@ def _run(out, *extra):
 
 
 @pytest.mark.notebook
-def test_gloo_two_processes_train_agree_and_write_one_row(tmp_path):
-    single, single_losses = _run(tmp_path)
-    ddp, ddp_losses = _run(tmp_path, "--nproc-per-node", "2")
+def test_gloo_two_processes_train_agree_and_write_one_row(tmp_path, capfd):
+    single, single_losses = _run(tmp_path, capfd)
+    ddp, ddp_losses = _run(tmp_path, capfd, "--nproc-per-node", "2")
     assert ddp["world_size"] == 2 and ddp["per_rank_batch_size"] == 32 and ddp["distributed_backend"] == "gloo"
     assert ddp["ddp_weights_in_sync"] is True
     assert single["world_size"] == 1 and single["ddp_weights_in_sync"] is None
@@ -66,20 +70,19 @@ def test_nccl_two_gpus(tmp_path):
 @pytest.mark.parametrize("fault, rank", [("setup", "1"), ("step", "1"), ("step", "0")],
                          ids=["rank1-in-setup", "rank1-mid-training", "rank0-mid-training"])
 @pytest.mark.slow
-def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path, fault, rank):
+def test_a_rank_that_fails_stops_the_others_and_leaves_a_failure_row(tmp_path, fault, rank, monkeypatch):
     """One rank fails (in set-up, or inside training while the other waits in DDP's all-reduce): no rank waits
     out the collective timeout, the job ends non-zero, and rank 0 writes one row naming the failed rank."""
-    import os
     import time
 
-    env = {**os.environ, "BENCHLIB_FAULT": f"{fault}@resnet18", "BENCHLIB_FAULT_RANK": rank,
-           "BENCHLIB_DIST_TIMEOUT_S": "120"}
+    for key, value in {"BENCHLIB_FAULT": f"{fault}@resnet18", "BENCHLIB_FAULT_RANK": rank,
+                       "BENCHLIB_DIST_TIMEOUT_S": "120"}.items():
+        monkeypatch.setenv(key, value)  # for the ranks torchrun starts (this process only launches them)
     seed_ceilings(tmp_path)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "benchlib", *COMMON, "--results-dir", str(tmp_path),
-                           "--nproc-per-node", "2"], capture_output=True, text=True, timeout=600, env=env)
+    code = main([*COMMON, "--results-dir", str(tmp_path), "--nproc-per-node", "2"])
     assert time.monotonic() - t0 < 100, "no rank waited out the collective timeout"
-    assert proc.returncode != 0
+    assert code != 0
     rows = read_results([tmp_path])
     assert len(rows) == 1 and rows.loc[0, "status"] == "failed"
     error = rows.loc[0, "error"]

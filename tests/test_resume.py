@@ -37,13 +37,19 @@ def _rows(tmp_path: Path):
     return sorted((tmp_path / "results" / "s" / "rows").glob("*.json"))
 
 
+def _args(tmp_path: Path, params: Path, *extra: str) -> list[str]:
+    return ["study", str(params), "--results-root", str(tmp_path / "results"), "--reports-root",
+            str(tmp_path / "reports"), *extra]
+
+
 def _cli(tmp_path: Path, params: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "benchlib", "study", str(params), "--results-root", str(tmp_path / "results"),
-            "--reports-root", str(tmp_path / "reports"), *extra]
+    """The command as a process of its own: what a kill ends. Where no kill is needed the tests call ``main``
+    in this process instead (a process's start, torch's import with it, is about 4 s here)."""
+    return [sys.executable, "-m", "benchlib", *_args(tmp_path, params, *extra)]
 
 
 @pytest.mark.notebook
-def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
+def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path, capsys):
     params = _study(tmp_path, batch_sizes=[4, 8, 16])
     proc = subprocess.Popen(_cli(tmp_path, params, "--no-summary"), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -57,9 +63,11 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
     time.sleep(2.5)
     before = {p.name: p.read_text() for p in _rows(tmp_path)}
     assert 1 <= len(before) < 3, "the kill should land mid-study"
-    done = subprocess.run(_cli(tmp_path, params, "--no-summary"), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "ceilings of cpu once more at the end of the study" in done.stderr  # ceilings_at_end's default
+    capsys.readouterr()
+    code = main(_args(tmp_path, params, "--no-summary"))
+    done = capsys.readouterr()
+    assert code == 0, done.err[-2000:]
+    assert "ceilings of cpu once more at the end of the study" in done.err  # ceilings_at_end's default
     df = read_results([tmp_path / "results" / "s"])
     assert len(df) == 3 and df["run_id"].is_unique and (df["status"] == "ok").all()
     # rows written before the kill are kept as measured; only their place under the roof may move, since the
@@ -71,18 +79,19 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path):
         assert {k: v for k, v in after.items() if k not in placement} == \
             {k: v for k, v in kept.items() if k not in placement}
         assert kept["roof_peak_flops_per_s"] <= after["roof_peak_flops_per_s"]
-    assert f"cpu / squeezenet1_1: {3 - len(before)} of 3 configuration(s) to run" in done.stderr, done.stderr[-2000:]
+    assert f"cpu / squeezenet1_1: {3 - len(before)} of 3 configuration(s) to run" in done.err, done.err[-2000:]
 
 
 @pytest.mark.notebook
-def test_raising_and_dying_notebooks_become_failure_rows(tmp_path):
+def test_raising_and_dying_notebooks_become_failure_rows(tmp_path, capsys, monkeypatch):
     """One study, two faults: a configuration whose cell raises (its pair's other configuration stands) and a
     kernel that dies (every configuration of its pair fails); the study goes on and its summary says so."""
     params = _study(tmp_path, models=["resnet18", "squeezenet1_1"], batch_sizes=[4, 8], ceilings_at_end=False)
-    env = {**os.environ, "BENCHLIB_FAULT": "exit@resnet18,raise@squeezenet1_1__bs8"}
-    proc = subprocess.run(_cli(tmp_path, params), capture_output=True, text=True, timeout=600, env=env)
-    assert "once more at the end" not in proc.stderr, "ceilings_at_end: false keeps the ceilings of the start"
-    assert proc.returncode == 1, "a failed pair makes the study exit non-zero"
+    monkeypatch.setenv("BENCHLIB_FAULT", "exit@resnet18,raise@squeezenet1_1__bs8")  # the kernels inherit it
+    capsys.readouterr()
+    code = main(_args(tmp_path, params))
+    assert "once more at the end" not in capsys.readouterr().err, "ceilings_at_end: false keeps the ceilings"
+    assert code == 1, "a failed pair makes the study exit non-zero"
     df = read_results([tmp_path / "results" / "s"]).set_index(["model", "batch_size"])
     assert df.loc[("squeezenet1_1", 4), "status"] == "ok", "the study went on past the dead kernel"
     assert df.loc[("squeezenet1_1", 8), "status"] == "failed"

@@ -8,12 +8,11 @@ after a failure. Timings are printed (run with ``-s``), never asserted.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,6 +22,7 @@ from conftest import seed_ceilings
 from optuna.trial import TrialState
 from slurm_cluster import missing_reason, one_node_cluster
 
+from benchlib.cli import main
 from benchlib.pipeline import slurm_jobs
 from benchlib.store.layout import ResultsLayout
 from benchlib.store.rows import read_results
@@ -47,12 +47,19 @@ def cluster():
         yield c
 
 
-def _benchlib(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+def _benchlib(capfd, cwd: Path, *args: str, **env: str) -> SimpleNamespace:
+    """The command run in this process, in ``cwd`` with ``env`` added (sbatch hands the environment to the
+    tasks): a process of its own cost about 4 s here, and what is tested is the cluster's side."""
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "benchlib", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=WAIT_S, env={**os.environ, **env})
-    print(f"[slurm] benchlib {' '.join(args)}: exit {proc.returncode} after {time.monotonic() - t0:.0f} s")
-    return proc
+    capfd.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        code = main(list(args))
+    out, err = capfd.readouterr()
+    print(f"[slurm] benchlib {' '.join(args)}: exit {code} after {time.monotonic() - t0:.0f} s")
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def _params(tmp_path: Path, **extra) -> Path:
@@ -67,11 +74,11 @@ def _job_id(stdout: str) -> str:
     return stdout.split("Submitted batch job ")[1].split()[0]
 
 
-def test_a_study_array_waits_reports_names_a_failed_task_and_resumes_it(cluster, tmp_path):
+def test_a_study_array_waits_reports_names_a_failed_task_and_resumes_it(cluster, tmp_path, capfd):
     params = _params(tmp_path)
     common = ("--cpus-per-task", "1", "--mem", "1G", "--time", "00:15:00")
     # the resnet18 pair's notebook raises: its task exits 1 and --wait names it
-    first = _benchlib(tmp_path, "slurm", str(params), *common, "--submit", "--wait",
+    first = _benchlib(capfd, tmp_path, "slurm", str(params), *common, "--submit", "--wait",
                       BENCHLIB_FAULT="raise@resnet18")
     assert first.returncode == 1, first.stderr[-3000:]
     job = _job_id(first.stdout)
@@ -83,7 +90,7 @@ def test_a_study_array_waits_reports_names_a_failed_task_and_resumes_it(cluster,
     assert before == {"squeezenet1_1": "ok", "resnet18": "failed"}
 
     # re-submitted alone, the task resumes its pair: the complete row stays, the failed one is measured again
-    again = _benchlib(tmp_path, "slurm", str(params), *common, "--submit", "--wait", "--pair", "1")
+    again = _benchlib(capfd, tmp_path, "slurm", str(params), *common, "--submit", "--wait", "--pair", "1")
     assert again.returncode == 0, again.stderr[-3000:]
     df = read_results([tmp_path / "results" / "s"])
     assert sorted(df["model"]) == ["resnet18", "squeezenet1_1"], "one row per pair"
@@ -95,9 +102,9 @@ def test_a_study_array_waits_reports_names_a_failed_task_and_resumes_it(cluster,
     assert "job " in again.stderr and "task(s) ended" in again.stderr, "--wait says how the tasks stand"
 
 
-def test_without_wait_the_commands_to_wait_and_report_are_printed(cluster, tmp_path):
+def test_without_wait_the_commands_to_wait_and_report_are_printed(cluster, tmp_path, capfd):
     params = _params(tmp_path, models=["squeezenet1_1"])
-    done = _benchlib(tmp_path, "slurm", str(params), "--cpus-per-task", "1", "--mem", "1G", "--submit")
+    done = _benchlib(capfd, tmp_path, "slurm", str(params), "--cpus-per-task", "1", "--mem", "1G", "--submit")
     assert done.returncode == 0, done.stderr[-3000:]
     job = _job_id(done.stdout)
     assert f"slurm {params} --job {job}" in done.stdout
@@ -105,11 +112,12 @@ def test_without_wait_the_commands_to_wait_and_report_are_printed(cluster, tmp_p
     subprocess.run(["scancel", job], timeout=30, check=True)  # what the printed commands do is the test above
 
 
-def test_two_tuning_workers_share_one_study_without_locks_or_duplicates(cluster, tmp_path):
+def test_two_tuning_workers_share_one_study_without_locks_or_duplicates(cluster, tmp_path, capfd):
     params = _params(tmp_path, models=["squeezenet1_1"], tune={
         "n_trials": 4, "epochs_per_trial": 1, "pruning": False, "seed": 3,
         "search_space": {"lr": {"low": 0.001, "high": 0.03}, "batch_size": [8, 16]}})  # no rate that diverges
-    done = _benchlib(tmp_path, "tune", str(params), "--slurm", "2", "--wait", "--cpus-per-task", "1", "--mem", "1G")
+    done = _benchlib(capfd, tmp_path, "tune", str(params), "--slurm", "2", "--wait", "--cpus-per-task", "1",
+                     "--mem", "1G")
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
     results = tmp_path / "results" / "s"
     layout = ResultsLayout.of(results)
@@ -133,10 +141,10 @@ def test_two_tuning_workers_share_one_study_without_locks_or_duplicates(cluster,
     assert (tmp_path / "reports" / "s" / "tune" / "cpu__squeezenet1_1.html").is_file(), "reported once, at the end"
 
 
-def test_data_parallel_job_runs_torchrun_under_srun(cluster, tmp_path):
+def test_data_parallel_job_runs_torchrun_under_srun(cluster, tmp_path, capfd):
     cpus = min(2, cluster.cpus)
     params = _params(tmp_path, models=["squeezenet1_1"])
-    done = _benchlib(tmp_path, "slurm", str(params), "--nodes", "1", "--nproc-per-node", "2", "--cpus-per-task",
+    done = _benchlib(capfd, tmp_path, "slurm", str(params), "--nodes", "1", "--nproc-per-node", "2", "--cpus-per-task",
                      str(cpus), "--mem", "2G", "--submit")
     assert done.returncode == 0, done.stderr[-3000:]
     job = slurm_jobs.Job(_job_id(done.stdout), "s-ddp1x2", tmp_path / "slurm", (0,), array=False)
