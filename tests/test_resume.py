@@ -64,7 +64,8 @@ def test_sigkill_mid_study_then_resume_gives_each_row_once(tmp_path, capsys):
     before = {p.name: p.read_text() for p in _rows(tmp_path)}
     assert 1 <= len(before) < 3, "the kill should land mid-study"
     capsys.readouterr()
-    code = main(_args(tmp_path, params, "--no-summary"))
+    with pytest.warns(UserWarning, match="taking over a lock of process"):  # the killed study's, said once
+        code = main(_args(tmp_path, params, "--no-summary"))
     done = capsys.readouterr()
     assert code == 0, done.err[-2000:]
     assert "ceilings of cpu once more at the end of the study" in done.err  # ceilings_at_end's default
