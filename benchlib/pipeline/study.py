@@ -166,12 +166,14 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
         keeper.done += 1
     if keeper.auto is not None:
         _log(f"repeats: auto stopped after {keeper.done} round(s): {keeper.stopped}")
-    for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs) if cfg.ceilings_at_end else ():
-        _log(f"ceilings of {hardware} once more at the end of the study (a roof is a maximum: the higher is kept)")
-        now, before = remeasure_ceilings(paths.results.root, hardware)
-        if what := raised(before, now):
-            n = refresh_roofs(paths.results.root, machine, torch.device(now.device), now)
-            _log(f"the roof rose ({what}): {n} row(s) placed under it again")
+    if cfg.ceilings_at_end:
+        for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
+            _log(f"ceilings of {hardware} once more at the end of the study (a roof is a maximum: the higher is "
+                 "kept)")
+            now, before = remeasure_ceilings(paths.results.root, hardware)
+            if what := raised(before, now):
+                n = refresh_roofs(paths.results.root, machine, torch.device(now.device), now)
+                _log(f"the roof rose ({what}): {n} row(s) placed under it again")
     profiles_failed = 0
     if cfg.profile or cfg.layers:
         for hardware, model in pairs:
