@@ -13,11 +13,12 @@ import pytest
 
 from benchlib.store.atomic import atomic_write_text
 from benchlib.store.rows import parquet_ready, read_results, write_row, write_table
+from benchlib.store.schema import FORMAT_VERSION
 from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
 def _row(**kw):
-    row = {c: None for c in ROW_COLUMNS}
+    row = {**{c: None for c in ROW_COLUMNS}, "format_version": FORMAT_VERSION}
     row.update(
         study="s",
         run_id="cpu__resnet18__bs8__default__fp32__seed0",
@@ -71,6 +72,43 @@ def test_corrupt_file_is_skipped_with_warning(tmp_path):
     with pytest.warns(UserWarning, match="broken.json"):
         df = read_results([tmp_path])
     assert len(df) == 1
+
+
+def test_a_row_of_the_first_format_is_read_in_todays(tmp_path):
+    """Rows written before rows said their format (format 1) read as today's: the one migration step adds it."""
+    path = write_row(tmp_path, _row())
+    old = json.loads(path.read_text())
+    del old["format_version"]
+    path.write_text(json.dumps(old))
+    df = read_results([tmp_path])
+    assert len(df) == 1 and df.loc[0, "format_version"] == FORMAT_VERSION
+
+
+def test_a_row_newer_than_this_benchlib_is_refused_in_one_line(tmp_path, capsys):
+    from benchlib.cli import main
+
+    path = write_row(tmp_path, _row())
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": FORMAT_VERSION + 1}))
+    assert main(["report", str(tmp_path), "--reports-root", str(tmp_path / "reports")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"row format {FORMAT_VERSION + 1} is newer than this benchlib" in err[0], err
+    assert "upgrade benchlib" in err[0] and path.name in err[0]
+
+
+def test_a_row_whose_format_is_not_a_version_is_listed_not_read(tmp_path):
+    from benchlib.store.rows import invalid_rows
+
+    path = write_row(tmp_path, _row())
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": "two"}))
+    with pytest.warns(UserWarning, match="not a row format"):
+        assert read_results([tmp_path]).empty
+    with pytest.warns(UserWarning, match="not a row format"):
+        assert "not a row format" in invalid_rows([tmp_path]).loc[0, "reason"]
+
+
+def test_a_writer_of_another_format_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="this benchlib writes format"):
+        write_row(tmp_path, _row(format_version=1))
 
 
 def test_write_table(tmp_path):

@@ -182,10 +182,11 @@ _WRITER = """
 import sys
 from pathlib import Path
 from benchlib.store.rows import write_row, write_table
+from benchlib.store.schema import FORMAT_VERSION
 from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 out, name = Path(sys.argv[1]), sys.argv[2]
 for i in range(40):
-    row = {c: None for c in ROW_COLUMNS}
+    row = {**{c: None for c in ROW_COLUMNS}, "format_version": FORMAT_VERSION}
     row.update(study="s", run_id=f"{name}-{i}", machine=name, status="ok", finished_utc=str(i))
     write_row(out, row, {"train_step_s": [0.1] * 200})
     if i % 10 == 0:

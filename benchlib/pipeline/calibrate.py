@@ -39,6 +39,7 @@ from ..store.noise_floor import (
     read_noise_floor,
     save_noise_floor,
 )
+from ..store.rows import migrate
 from .progress import log
 
 ProgressFn = Callable[[str], None]
@@ -91,9 +92,9 @@ def _row_of(stdout: str) -> dict[str, Any] | None:
         if line.startswith("{"):
             try:
                 row = json.loads(line)
+                return migrate(row, "a calibration run's row") if isinstance(row, dict) else None
             except ValueError:
                 return None
-            return row if isinstance(row, dict) else None
     return None
 
 

@@ -11,16 +11,24 @@ import io
 import json
 import shutil
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..errors import DiskFull
+from .._version import __version__
+from ..errors import DiskFull, ResultsFileError
 from .atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_ready
 from .layout import ResultsLayout, row_key
-from .schema import COLUMN_NAMES, COMPLETE_STATUSES, REQUIRED_COLUMNS, row_problem, unknown_columns
+from .schema import (
+    COLUMN_NAMES,
+    COMPLETE_STATUSES,
+    FORMAT_VERSION,
+    REQUIRED_COLUMNS,
+    row_problem,
+    unknown_columns,
+)
 
 Row = dict[str, Any]
 SAMPLE_COLUMNS = ("run_id", "machine", "series", "index", "value")
@@ -49,6 +57,8 @@ def write_row(results: str | Path | ResultsLayout, row: Mapping[str, Any],
     unknown = unknown_columns(list(row))
     if unknown:
         raise ValueError(f"row has columns the schema does not list: {', '.join(unknown)}")
+    if row["format_version"] != FORMAT_VERSION:
+        raise ValueError(f"row is of format {row['format_version']!r}; this benchlib writes format {FORMAT_VERSION}")
     machine, run_id = str(row["machine"]), str(row["run_id"])
     if samples:
         lines = [",".join(SAMPLE_COLUMNS)]
@@ -75,12 +85,41 @@ def write_manifest(results: str | Path | ResultsLayout, manifest: Mapping[str, A
     return path
 
 
+def _from_format_1(row: Row) -> Row:
+    """Format 1 (before rows said their format) to 2: the ``format_version`` column; nothing else changed."""
+    return {**row, "format_version": 2}
+
+
+# Format N's row -> format N + 1's: one step each, applied in turn, so an old row reaches today's format.
+_MIGRATIONS: dict[int, Callable[[Row], Row]] = {1: _from_format_1}
+
+
+def migrate(row: Mapping[str, Any], where: str) -> Row:
+    """The row in this benchlib's format, the one way every row is read: an older row brought up step by step,
+    a row newer than this code refused in one line (its columns could mean what this code does not know).
+
+    Raises:
+        ValueError: the format is not a version number (a corrupt row: listed as such, never reported).
+        ResultsFileError: the row is of a newer format than this benchlib reads.
+    """
+    version = row.get("format_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"format_version {version!r} is not a row format (1..{FORMAT_VERSION})")
+    if version > FORMAT_VERSION:
+        raise ResultsFileError(f"{where}: row format {version} is newer than this benchlib {__version__} reads; "
+                               f"allowed: formats 1..{FORMAT_VERSION}: upgrade benchlib to read it")
+    out = dict(row)
+    for step in range(version, FORMAT_VERSION):
+        out = _MIGRATIONS[step](out)
+    return out
+
+
 def read_row(path: Path) -> Row:
-    """One row file; ValueError when it is not a benchlib row."""
+    """One row file in this benchlib's format (:func:`migrate`); ValueError when it is not a benchlib row."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or any(k not in data for k in ("study", "run_id", "machine", "status")):
         raise ValueError("not a benchlib result row")
-    return data
+    return migrate(data, str(path))
 
 
 def complete_row(results: str | Path | ResultsLayout, machine: str, run_id: str) -> Row | None:

@@ -11,6 +11,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# The row format: raised when a column changes meaning or a row must be read differently. Rows without the
+# column were written before it existed (format 1); ``store.rows.migrate`` brings every older row to this one.
+FORMAT_VERSION = 2
 # How a configuration ended. ``ok``: measured. The others produced no measurement, and say why:
 STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "oom", "unstable")
 STATUS_MEANINGS: dict[str, str] = {
@@ -85,6 +88,8 @@ IDENTITY = _group(
     ("process_uid", "", "the process that measured the row (host:pid:start); rows of one process can be compared "
                         "step by step, rows of different processes only beyond the machine's run-to-run noise"),
     ("benchlib_version", "", "benchlib version that measured the row"),
+    ("format_version", "", "version of the row format the row was written in (rows of older formats are read through "
+                           "store.rows.migrate; a newer one is refused)"),
     ("started_utc", "", "when the configuration started (ISO 8601, UTC)"),
     ("finished_utc", "", "when it finished (ISO 8601, UTC)"),
     ("duration_s", "s", "wall time of the whole configuration (set-up, training, evaluation, latency)"),
