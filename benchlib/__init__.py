@@ -36,7 +36,8 @@ _API: dict[str, str] = {
     "benchmark": "benchlib.pipeline.benchmark", "compare": "benchlib.pipeline.compare",
     "register_model": "benchlib.nets.user_models",
     # measure and record
-    "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measure", "record": "benchlib.run.record",
+    "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measurement",
+    "measured_row": "benchlib.run.columns", "record": "benchlib.run.record",
     "run_pair": "benchlib.run.record", "record_profile": "benchlib.run.profile", "tune_pair": "benchlib.run.tune",
     "measure_layers": "benchlib.run.layers", "record_layers": "benchlib.run.layers",
     "LayerReport": "benchlib.run.layers",
@@ -64,6 +65,7 @@ __all__ = [
     "measure",
     "measure_ceilings",
     "measure_layers",
+    "measured_row",
     "page_line",
     "parse_search_space",
     "parse_variant",
@@ -88,8 +90,10 @@ if TYPE_CHECKING:
     from .pipeline.study import run_study
     from .roofline.ceilings import measure_ceilings
     from .roofline.measured import Ceilings
+    from .run.columns import measured_row
     from .run.layers import LayerReport, measure_layers, record_layers
-    from .run.measure import Measurement, measure
+    from .run.measure import measure
+    from .run.measurement import Measurement
     from .run.preflight import load_study, settings_from_params
     from .run.profile import record_profile
     from .run.record import record, run_pair

@@ -83,7 +83,7 @@ from benchlib.instruments.timing import StepTimer
 from benchlib.nets.memory_floor import training_floor_bytes
 from benchlib.nets.models import build_model
 from benchlib.roofline.ceilings import measure_ceilings
-from benchlib.run.columns import ACTIVATION_DTYPES
+from benchlib.run.columns import ACTIVATION_DTYPES, measured_row
 from benchlib.run.layers import measure_layers
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig, RunSettings
@@ -217,9 +217,10 @@ def check_memory_isolation(ctx: Context) -> list[Check]:
     for batch in (big, small):
         cfg = RunConfig("acceptance", str(ctx.device), "resnet18", batch,
                         _settings(ctx, synthetic_samples=batch * 8, train_steps=3, warmup_steps=1, latency_repeats=3))
-        measured = measure(cfg)
-        assert measured is not None
-        in_process = int(measured.row["peak_cuda_reserved_bytes"] or 0)
+        m = measure(cfg)
+        assert m is not None
+        measured = measured_row(m)
+        in_process = int(measured["peak_cuda_reserved_bytes"] or 0)
     return [judge_memory_isolation(in_process, _reserved_peak_fresh(ctx, small), big, small)]
 
 
@@ -357,10 +358,11 @@ def check_compile(ctx: Context) -> list[Check]:
     for mode in ("off", "default"):
         cfg = RunConfig("acceptance", str(ctx.device), "resnet18", ctx.sizes.batch,
                         _settings(ctx, compile=mode, train_steps=10))
-        measured = measure(cfg)
-        assert measured is not None
-        val[mode] = measured.row["val_s"]
-        fell_back = fell_back or (mode == "default" and bool(measured.row.get("compile_fell_back")))
+        m = measure(cfg)
+        assert m is not None
+        measured = measured_row(m)
+        val[mode] = measured["val_s"]
+        fell_back = fell_back or (mode == "default" and bool(measured.get("compile_fell_back")))
     recompiled, fell = _compiled_configurations(ctx, 10)
     return [judge_compile_speed(val["default"], val["off"]), judge_compile_fell_back(fell_back),
             judge_recompiles(recompiled, 10), judge_fallbacks(fell, 10)]
@@ -481,9 +483,10 @@ def check_timm(ctx: Context) -> list[Check]:
     timm = _timm_results(ctx)
     cfg = RunConfig("acceptance", str(ctx.device), ctx.sizes.model, ctx.sizes.batch,
                     _settings(ctx, precision="amp_fp16", memory_format="channels_last", cudnn_benchmark=True))
-    measured = measure(cfg)
-    assert measured is not None
-    return [judge_timm(what, measured.row[ours], timm.get(theirs))
+    m = measure(cfg)
+    assert m is not None
+    measured = measured_row(m)
+    return [judge_timm(what, measured[ours], timm.get(theirs))
             for ours, theirs, what in (("train_samples_per_s", "train_samples_per_sec", "training"),
                                        ("infer_samples_per_s", "infer_samples_per_sec", "inference"))]
 

@@ -22,6 +22,7 @@ import torch
 
 from benchlib.env.threads import apply_threads
 from benchlib.instruments.telemetry import DEFAULT_INTERVAL_S, TelemetrySampler
+from benchlib.run.columns import measured_row
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig, RunSettings
 
@@ -45,13 +46,14 @@ def sample_cost_s(interval_s: float, repeats: int = 200) -> float:
 def train_samples_per_s(cfg: RunConfig, interval_s: float | None) -> tuple[float, int | None]:
     """Training throughput of one measure() call, with the sampler running when ``interval_s`` is given."""
     if interval_s is None:
-        quiet = measure(dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, telemetry=False)))
-        assert quiet is not None
-        return quiet.row["train_samples_per_s"], None
+        off = measure(dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, telemetry=False)))
+        assert off is not None
+        return measured_row(off)["train_samples_per_s"], None
     settings = dataclasses.replace(cfg.settings, telemetry=True, telemetry_interval_s=interval_s)
-    sampled = measure(dataclasses.replace(cfg, settings=settings))  # measure's own sampler, as every run has
-    assert sampled is not None
-    return sampled.row["train_samples_per_s"], sampled.row["telemetry_samples"]
+    on = measure(dataclasses.replace(cfg, settings=settings))  # measure's own sampler, as every run has
+    assert on is not None
+    sampled = measured_row(on)
+    return sampled["train_samples_per_s"], sampled["telemetry_samples"]
 
 
 def main() -> None:

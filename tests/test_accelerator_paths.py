@@ -29,6 +29,7 @@ from benchlib.instruments import energy as en
 from benchlib.instruments.energy import EnergyMeter, gpu_counter_j
 from benchlib.instruments.nvml import pynvml
 from benchlib.instruments.telemetry import TelemetrySampler
+from benchlib.nets.flops import complexity_for_run
 from benchlib.roofline import cache
 from benchlib.roofline.measured import Ceilings
 from benchlib.run.columns import roof_columns, training_columns, work_columns
@@ -230,10 +231,10 @@ def test_a_data_parallel_row_is_placed_per_device():
 
 def test_bytes_are_counted_at_the_batch_one_device_processes_and_in_the_autocast_dtype():
     s = RunSettings.of(**TINY)
-    whole = work_columns(RunConfig("s", "cpu", "resnet18", 64, s), 10, per_device_batch=64)
-    share = work_columns(RunConfig("s", "cpu", "resnet18", 64, s), 10, per_device_batch=16)
+    whole = work_columns(complexity_for_run("resnet18", s.image_size, 64, 10))
+    share = work_columns(complexity_for_run("resnet18", s.image_size, 16, 10))
     assert share["bytes_per_sample"] > whole["bytes_per_sample"], "weights amortize over the per-rank batch"
-    bf16 = work_columns(RunConfig("s", "cpu", "resnet18", 64, s.updated(precision="amp_bf16")), 10, 64)
+    bf16 = work_columns(complexity_for_run("resnet18", s.image_size, 64, 10, activation_dtype=torch.bfloat16))
     assert bf16["activation_dtype"] == "bfloat16"
     assert bf16["activation_bytes_per_sample"] == pytest.approx(whole["activation_bytes_per_sample"] / 2)
     assert bf16["arithmetic_intensity"] > whole["arithmetic_intensity"]

@@ -229,6 +229,71 @@ def test_backward_is_called_in_exactly_one_place_outside_flop_counting():
     assert len(calls) == 1 and calls[0].startswith("benchlib.engine.step:"), calls
 
 
+# One author of a row: only run/columns.py writes a column's name into a row. The schema (store/, which also
+# migrates rows of older formats as it reads them) and the report (whose tables are not rows) are not read.
+ROW_AUTHOR = "run/columns.py"
+NOT_ROWS = {"roofline/__init__.py": "names of functions, mapped to the modules that define them"}
+
+
+def _column_writes(tree: ast.AST, columns: set[str], measured: set[str]) -> list[tuple[int, str]]:
+    """(line, column) of every column written into a row: a dict holding two or more measured columns (a
+    row's part), any column in a dict that spreads a row, an assignment to ``row[...]`` / ``x_row[...]``,
+    or a keyword of ``row.update(...)``."""
+    def is_row(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and (node.id == "row" or node.id.endswith("_row"))
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in columns]
+            spreads_a_row = any(k is None and is_row(v) for k, v in zip(node.keys, node.values))
+            if len([k for k in keys if k in measured]) >= 2 or (spreads_a_row and keys):
+                found += [(node.lineno, k) for k in keys]
+        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and is_row(node.value)
+              and isinstance(node.slice, ast.Constant) and node.slice.value in columns):
+            found.append((node.lineno, node.slice.value))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("update", "setdefault") and is_row(node.func.value)):
+            found += [(node.lineno, k.arg) for k in node.keywords if k.arg in columns]
+    return found
+
+
+def _row_columns() -> tuple[set[str], set[str]]:
+    """(every column, the measured ones: those no setting or identity shares a name with)."""
+    from benchlib.spec.settings import setting_names
+    from benchlib.store import schema
+
+    columns = set(schema.COLUMN_NAMES)
+    shared = set(schema.names(schema.IDENTITY)) | set(schema.names(schema.SETTINGS)) | set(setting_names())
+    return columns, columns - shared
+
+
+def test_only_run_columns_writes_a_column_into_a_row():
+    """A column is named in a row in one place: a new figure is a function of the measurement there, not a line
+    in the middle of measuring, recording or an instrument (the issue this rule came from: 22 columns set
+    inline in run/measure.py, 7 more in its quantized path, and the instruments naming their own)."""
+    columns, measured = _row_columns()
+    writes = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if rel == ROW_AUTHOR or rel in NOT_ROWS or rel.startswith(("store/", "report/")):
+            continue
+        writes += [f"{rel}:{line} {column}" for line, column in
+                   _column_writes(ast.parse(path.read_text(encoding="utf-8")), columns, measured)]
+    assert not writes, f"columns written into a row outside {ROW_AUTHOR}: {writes}"
+
+
+@pytest.mark.parametrize("source", [
+    'def f(row):\n    row["test_accuracy"] = 0.9\n',
+    'def f(row):\n    row.update(latency_ms_p50=1.0)\n',
+    'def f():\n    return {"model_size_bytes": 1, "accuracy_drop_pts": 0.5}\n',
+    'def f(base_row):\n    return {**base_row, "status": "failed"}\n',
+])
+def test_the_one_author_rule_sees_a_column_written_elsewhere(source):
+    columns, measured = _row_columns()
+    assert _column_writes(ast.parse(source), columns, measured), source
+
+
 def test_docs_architecture_names_every_module_under_its_package():
     """docs/architecture.md lists every module under its package's heading, and no module that is gone."""
     text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -262,17 +262,23 @@ class _Meter:
 def test_training_energy_is_per_timed_sample_of_this_nodes_ranks(monkeypatch):
     from benchlib.engine.train import TrainResult
     from benchlib.env import distributed
-    from benchlib.run.measure import _training_energy
+    from benchlib.run.columns import energy_columns
+    from benchlib.run.measure import _training
 
     meter, trained = _Meter(), TrainResult(timed_samples=640, total_samples=960)
     start, end = meter.read(), meter.read()
-    one = _training_energy(meter, [start], end, None, trained, SimpleNamespace(type="cuda"), None)
+
+    def columns(first, dist_info):
+        t = _training(trained, meter, first, end, None, dist_info, None)
+        return energy_columns("train", t.energy, t.energy_samples, "cuda")
+
+    one = columns(start, None)
     assert one["train_energy_j_per_sample"] == pytest.approx(100.0 / 640), "timed samples, not warmup ones"
     monkeypatch.setattr(distributed, "local_world_size", lambda: 4)  # 2 nodes x 4 ranks: this node's 4 GPUs
     rank = SimpleNamespace(rank=0, local_rank=0, world_size=8, backend="nccl")
-    ddp = _training_energy(meter, [start], end, None, trained, SimpleNamespace(type="cuda"), rank)
+    ddp = columns(start, rank)
     assert ddp["train_energy_j_per_sample"] == pytest.approx(100.0 / (640 * 4)), "not 8 ranks' samples"
-    none = _training_energy(meter, [], end, None, trained, SimpleNamespace(type="cuda"), None)
+    none = columns(None, None)
     assert none["train_energy_j_per_sample"] is None and none["train_energy_window_s"] == 0
 
 
@@ -344,11 +350,12 @@ def test_under_ddp_inference_energy_counts_rank_0s_gpu_only_and_training_every_l
             return self
 
     net = nn.Linear(2, 2)
-    built = SimpleNamespace(model=net, loaders=SimpleNamespace(train=[], test=[], test_samples=4, synthetic=True),
+    built = SimpleNamespace(model=net, loaders=SimpleNamespace(train=[], test=[], test_samples=4, synthetic=True,
+                                                             num_classes=2, train_samples=4),
                             per_epoch=1)
     for name, stub in {"EnergyMeter": Meter, "_inference": inference, "train": train, "build": lambda *a: built,
                        "wrap": lambda model, *a: (model, model), "Trainer": SimpleNamespace(of=lambda *a: None),
-                       "evaluate": lambda *a, **k: SimpleNamespace(), "work_columns": lambda *a: {},
+                       "evaluate": lambda *a, **k: SimpleNamespace(), "complexity_for_run": lambda *a, **k: None,
                        "PeakMemory": lambda device: NoMemory()}.items():
         monkeypatch.setattr(measure_module, name, stub)
     cfg = RunConfig("s", "cuda", "resnet18", 8, RunSettings.of(dataset="synthetic", telemetry=False))

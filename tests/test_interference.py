@@ -15,6 +15,7 @@ from benchlib.env.threads import usable_cpu_ids
 from benchlib.instruments import interference
 from benchlib.instruments.telemetry import TelemetrySampler
 from benchlib.report.findings import caveats
+from benchlib.run.columns import measured_row
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig, RunSettings
 
@@ -84,7 +85,7 @@ def _row() -> dict:
     finally:
         torch.set_num_threads(threads)
     assert measured is not None
-    return measured.row
+    return measured_row(measured)
 
 
 def test_a_run_beside_a_cpu_hog_is_flagged_and_a_quiet_one_is_not():

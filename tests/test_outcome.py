@@ -9,6 +9,7 @@ import torch
 from benchlib.errors import SkippedConfiguration
 from benchlib.run import measure as measure_module
 from benchlib.run import record as record_module
+from benchlib.run.columns import measured_row
 from benchlib.run.outcome import error_text, failure_status
 from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.store.rows import read_results
@@ -61,7 +62,7 @@ def test_a_quantized_model_is_timed_at_each_batch_on_a_copy_first_served_that_ba
     monkeypatch.setattr(measure_module, "unserved_copy", recording_copy)
     settings = RunSettings.of(**{**TINY, "quantization": quantization, "latency_budget_s": 0})
     measured = measure_module.measure(RunConfig("q", "cpu", "squeezenet1_1", 8, settings))
-    assert measured is not None and measured.row["status"] == "ok"
+    assert measured is not None and measured_row(measured)["status"] == "ok"
     assert len(made) == copies
     if copies:
         batch_1, batch_n = made

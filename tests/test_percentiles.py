@@ -21,7 +21,7 @@ from benchlib.instruments.samples import (
 from benchlib.report.display import pages
 from benchlib.report.tables import headline
 from benchlib.report.words import fmt
-from benchlib.run.columns import percentile_columns
+from benchlib.run.columns import measured_row, percentile_columns
 from benchlib.store import schema
 
 
@@ -167,7 +167,7 @@ def test_a_real_tiny_run_has_its_intervals_ordered():
     cfg = RunConfig("t", "cpu", "squeezenet1_1", 16, RunSettings.of(**{**TINY, "latency_budget_s": 1.0}))
     m = measure(cfg, machine="m")
     assert m is not None
-    row = m.row
+    row = measured_row(m)
     assert row["latency_n"] == len(m.samples["latency_s"]) >= 5
     assert row["batch_latency_n"] == len(m.samples["batch_latency_s"]) >= 5
     for prefix in ("latency_ms", "batch_latency_ms"):

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchlib.run.columns import measured_row
 from benchlib.run.measure import measure
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig
@@ -26,7 +27,7 @@ def measured():
     # refused once as too wide (the torch-floor run in CI)
     cfg = RunConfig("t", "cpu", "squeezenet1_1", 16, RunSettings(**{**TINY, "latency_repeats": 20}))
     m = measure(cfg, machine="m")
-    return cfg, m.row, m.samples
+    return cfg, measured_row(m), m.samples
 
 
 def test_row_has_every_column(measured):
@@ -75,7 +76,7 @@ def test_epoch_time_only_from_full_epochs(measured):
 def test_full_epochs_and_synthetic_data(tiny_settings):
     s = dataclasses.replace(tiny_settings, dataset="synthetic", synthetic_samples=64, train_steps=None, epochs=2)
     m = measure(RunConfig("t", "cpu", "squeezenet1_1", 16, s), machine="m")
-    row, samples = m.row, m.samples
+    row, samples = measured_row(m), m.samples
     assert row["synthetic"] is True
     assert row["train_accuracy"] is None and row["test_accuracy"] is None
     assert row["epochs_timed"] == 2 and len(samples["epoch_s"]) == 2

@@ -16,7 +16,9 @@ from fakes import FakeNvml
 from benchlib.instruments import cpu as tm_cpu
 from benchlib.instruments import nvml as tm_nvml
 from benchlib.instruments import telemetry as tm
-from benchlib.instruments.telemetry import SUMMARY_COLUMNS, Telemetry, TelemetrySampler
+from benchlib.instruments.telemetry import Telemetry, TelemetrySampler
+from benchlib.run.columns import telemetry_columns
+from benchlib.store import schema
 from benchlib.store.atomic import atomic_write_text
 
 CORES = psutil.cpu_count() or 1
@@ -88,14 +90,14 @@ def test_phases_label_samples_in_order(no_nvml):
     assert {"train", "eval"} <= set(phases)
     assert max(i for i, p in enumerate(phases) if p == "train") < min(i for i, p in enumerate(phases) if p == "eval")
     train, eval_ = s.result.summary("train"), s.result.summary("eval")
-    assert train["telemetry_samples"] == phases.count("train") >= 3
-    assert eval_["telemetry_samples"] == phases.count("eval") >= 3
+    assert train.samples == phases.count("train") >= 3
+    assert eval_.samples == phases.count("eval") >= 3
 
 
 def test_summary_keys_values_and_none_for_missing(no_nvml):
     tel = sample(0.6)
-    s = tel.summary()
-    assert tuple(s) == SUMMARY_COLUMNS
+    s = telemetry_columns(tel.summary())
+    assert set(s) == set(schema.names(schema.TELEMETRY)), "the summary fills every telemetry column"
     assert 0 < s["cpu_util_pct_mean"] <= 100 and 0 < s["cpu_util_pct_p95"] <= 100
     assert s["rss_bytes_max"] > 10 * 2**20 and isinstance(s["rss_bytes_max"], int)
     assert s["telemetry_samples"] == len(tel.frame) and s["telemetry_interval_s"] == 0.1
@@ -108,7 +110,7 @@ def test_summary_keys_values_and_none_for_missing(no_nvml):
 
 
 def test_summary_of_an_unknown_phase_is_none_not_zero(no_nvml):
-    s = sample(0.2).summary("no-such-phase")
+    s = telemetry_columns(sample(0.2).summary("no-such-phase"))
     assert s["telemetry_samples"] == 0
     assert s["cpu_util_pct_mean"] is None and s["rss_bytes_max"] is None
 
@@ -141,7 +143,7 @@ def test_fake_nvml_two_gpus_one_without_power(monkeypatch):
     assert fake.calls["util0"] == len(f)  # one utilization query per GPU and sample gives both rates
     assert f["gpu0_energy_j"].is_monotonic_increasing and f["gpu0_energy_j"].iloc[0] > 1000
     assert fake.calls["init"] == 1 and fake.calls["shutdown"] == 1
-    s = tel.summary()
+    s = telemetry_columns(tel.summary())
     assert s["gpu_util_pct_mean"] == pytest.approx(50.0)
     assert s["gpu_mem_util_pct_mean"] == pytest.approx(10.5)
     assert s["gpu_mem_used_bytes_max"] == 2 * 2**30
@@ -154,7 +156,7 @@ def test_fake_nvml_power_is_summed_over_gpus(monkeypatch):
     fake = FakeNvml.two_boards()
     fake.power_mw = lambda i: 100_000 + 50_000 * i  # both boards report: 100 W and 150 W
     fake.install(monkeypatch)
-    assert sample(0.3).summary()["gpu_power_w_mean"] == pytest.approx(250.0)
+    assert sample(0.3).summary().gpu_power_w_mean == pytest.approx(250.0)
 
 
 def test_cuda_visible_devices_selects_nvml_indices(monkeypatch):
@@ -295,7 +297,7 @@ def test_real_gpu_is_sampled_during_matmuls():
     used = pd.concat([tel.frame[f"gpu{i}_mem_used_bytes"] for i in gpus]).astype(float)
     assert used.max() > x.numel() * 4
     summary = tel.summary("matmul")
-    assert summary["gpu_util_pct_mean"] > 0 and summary["gpu_mem_used_bytes_max"] > 0
+    assert summary.gpu_util_pct_mean > 0 and (summary.gpu_mem_used_bytes_max or 0) > 0
     for i in gpus:
         power = tel.frame[f"gpu{i}_power_w"]
         assert power.notna().all() and (power > 0).all() or f"gpu{i}_power_w" in tel.missing

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from benchlib.env.threads import apply_threads, choose_threads, usable_cpus
+from benchlib.run.columns import measured_row
 from benchlib.run.measure import measure
 from benchlib.spec.settings import RunConfig
 
@@ -40,8 +41,8 @@ def test_apply_threads_keeps_the_cpus_slurm_gave(monkeypatch):
 def test_a_row_records_its_threads_and_what_decided_them(monkeypatch, tiny_settings):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
     before = torch.get_num_threads()
-    row = measure(RunConfig("t", "cpu", "squeezenet1_1", 8, tiny_settings)).row
+    row = measured_row(measure(RunConfig("t", "cpu", "squeezenet1_1", 8, tiny_settings)))
     assert (row["threads"], row["threads_source"]) == (1, "slurm")
     assert torch.get_num_threads() == before, "a configuration's threads end with it"
-    explicit = measure(RunConfig("t", "cpu", "squeezenet1_1", 8, tiny_settings.updated(threads=2))).row
+    explicit = measured_row(measure(RunConfig("t", "cpu", "squeezenet1_1", 8, tiny_settings.updated(threads=2))))
     assert (explicit["threads"], explicit["threads_source"]) == (2, "setting")

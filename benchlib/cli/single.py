@@ -87,6 +87,7 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..env.devices import resolve_hardware
     from ..env.distributed import launched_by_torchrun
+    from ..run.columns import measured_row
     from ..run.measure import measure
     from ..run.preflight import check_gpus, check_hardware
     from ..run.record import record
@@ -107,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if args.no_save:
             measured = measure(cfg, progress=progress.line, heartbeat=progress.heartbeat)
-            row = measured.row if measured is not None else None
+            row = measured_row(measured) if measured is not None else None
         else:
             row = record(cfg, Path(args.results_dir), progress=progress.line, heartbeat=progress.heartbeat)
     finally:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -67,11 +66,6 @@ class Drift:
         return (f"the step time of identical steps moved by {self.drift_pct:.0f}% during the run and neighbouring "
                 f"steps were alike (lag-1 autocorrelation {self.autocorr:.2f}, p={self.p_value:.3g}): the machine's "
                 "own speed changed under the run")
-
-    def columns(self) -> dict[str, Any]:
-        return {"train_step_drift_pct": self.drift_pct, "train_step_autocorr": self.autocorr,
-                "train_step_drift_p": self.p_value, "machine_drifted": self.drifted,
-                "machine_drift": self.describe(), "machine_drift_threshold_pct": self.threshold_pct}
 
 
 def measure(step_s: Sequence[float], *, threshold_pct: float = DRIFT_THRESHOLD_PCT, seed: int = SEED) -> Drift:

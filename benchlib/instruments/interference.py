@@ -64,12 +64,6 @@ class Interference:
             parts.append(f"{self.gpu_other_processes_max} other process(es) held the GPU")
         return "; ".join(parts) + f" (threshold {self.threshold_pct:g}%)"
 
-    def columns(self) -> dict[str, Any]:
-        return {"interference_cpu_pct": self.cpu_pct, "steal_pct": self.steal_pct,
-                "loadavg_1m_before": self.loadavg_1m_before, "cpu_freq_mhz_mean": self.cpu_freq_mhz_mean,
-                "gpu_other_processes_max": self.gpu_other_processes_max, "interfered": self.interfered,
-                "interference": self.describe(), "interference_threshold_pct": self.threshold_pct}
-
 
 def _mean(values: Iterable[float | None]) -> float | None:
     kept = [v for v in values if v is not None]

@@ -31,12 +31,6 @@ from .cpu import CpuSource, cpu_temp_c, open_cpu_source
 from .nvml import NvmlDevices, is_permanent, nvml_reason, pynvml
 
 DEFAULT_INTERVAL_S = 0.1
-SUMMARY_COLUMNS = (
-    "cpu_util_pct_mean", "cpu_util_pct_p95", "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95",
-    "gpu_mem_util_pct_mean", "gpu_mem_used_bytes_max", "gpu_power_w_mean", "gpu_temp_c_max", "gpu_sm_clock_mhz_mean",
-    "cpu_temp_c_max", "rss_bytes_max", "threads_max", "processes_max", "telemetry_samples", "telemetry_interval_s",
-    "telemetry_missing",
-)
 # Utilization is a rate over the window since the previous sample; /proc counts in 10 ms ticks, so the
 # first sample (no window) and a stop() sample just after a tick carry no utilization (None, not 0).
 MIN_WINDOW_FRACTION = 0.5
@@ -81,6 +75,29 @@ def gpu_indices_in(frame: pd.DataFrame) -> list[int]:
 
 # ---------------------------------------------------------------- result
 
+@dataclass(frozen=True)
+class TelemetrySummary:
+    """One phase's telemetry in a few figures (a row's telemetry columns are made of it)."""
+
+    cpu_util_pct_mean: float | None
+    cpu_util_pct_p95: float | None
+    proc_cpu_util_pct_mean: float | None
+    gpu_util_pct_mean: float | None
+    gpu_util_pct_p95: float | None
+    gpu_mem_util_pct_mean: float | None
+    gpu_mem_used_bytes_max: int | None
+    gpu_power_w_mean: float | None
+    gpu_temp_c_max: float | None
+    gpu_sm_clock_mhz_mean: float | None
+    cpu_temp_c_max: float | None
+    rss_bytes_max: int | None
+    threads_max: int | None
+    processes_max: int | None
+    samples: int
+    interval_s: float
+    missing: str | None  # why a source gave nothing, per source
+
+
 @dataclass
 class Telemetry:
     """Samples of one sampled region (tidy: one row per sample) and why any source is missing."""
@@ -96,8 +113,8 @@ class Telemetry:
             return self.frame
         return self.frame[self.frame["phase"] == phase]
 
-    def summary(self, phase: str | None = None) -> dict[str, Any]:
-        """One flat dict (``SUMMARY_COLUMNS``) for a results row; None, never 0, where nothing was measured.
+    def summary(self, phase: str | None = None) -> TelemetrySummary:
+        """The samples of ``phase`` (all without one) summarized; None, never 0, where nothing was measured.
 
         GPU figures pool every visible GPU: utilization and clock are means over GPUs and samples, memory
         and temperature the maximum of any GPU, power the mean over samples of the power summed over GPUs
@@ -115,25 +132,23 @@ class Telemetry:
         else:
             power = pd.Series(dtype=float)
         reasons = "; ".join(f"{k}: {v}" for k, v in self.missing.items())
-        return {
-            "cpu_util_pct_mean": _stat(_numeric(df, ["cpu_util_pct"]), "mean"),
-            "cpu_util_pct_p95": _stat(_numeric(df, ["cpu_util_pct"]), "p95"),
-            "proc_cpu_util_pct_mean": _stat(_numeric(df, ["proc_cpu_util_pct"]), "mean"),
-            "gpu_util_pct_mean": _stat(_numeric(df, gpu("util_pct")), "mean"),
-            "gpu_util_pct_p95": _stat(_numeric(df, gpu("util_pct")), "p95"),
-            "gpu_mem_util_pct_mean": _stat(_numeric(df, gpu("mem_util_pct")), "mean"),
-            "gpu_mem_used_bytes_max": _as_int(_stat(_numeric(df, gpu("mem_used_bytes")), "max")),
-            "gpu_power_w_mean": _stat(power, "mean"),
-            "gpu_temp_c_max": _stat(_numeric(df, gpu("temp_c")), "max"),
-            "gpu_sm_clock_mhz_mean": _stat(_numeric(df, gpu("sm_clock_mhz")), "mean"),
-            "cpu_temp_c_max": _stat(_numeric(df, ["cpu_temp_c"]), "max"),
-            "rss_bytes_max": _as_int(_stat(_numeric(df, ["rss_bytes"]), "max")),
-            "threads_max": _as_int(_stat(_numeric(df, ["threads"]), "max")),
-            "processes_max": _as_int(_stat(_numeric(df, ["processes"]), "max")),
-            "telemetry_samples": int(len(df)),
-            "telemetry_interval_s": float(self.interval_s),
-            "telemetry_missing": reasons or None,
-        }
+        return TelemetrySummary(
+            cpu_util_pct_mean=_stat(_numeric(df, ["cpu_util_pct"]), "mean"),
+            cpu_util_pct_p95=_stat(_numeric(df, ["cpu_util_pct"]), "p95"),
+            proc_cpu_util_pct_mean=_stat(_numeric(df, ["proc_cpu_util_pct"]), "mean"),
+            gpu_util_pct_mean=_stat(_numeric(df, gpu("util_pct")), "mean"),
+            gpu_util_pct_p95=_stat(_numeric(df, gpu("util_pct")), "p95"),
+            gpu_mem_util_pct_mean=_stat(_numeric(df, gpu("mem_util_pct")), "mean"),
+            gpu_mem_used_bytes_max=_as_int(_stat(_numeric(df, gpu("mem_used_bytes")), "max")),
+            gpu_power_w_mean=_stat(power, "mean"),
+            gpu_temp_c_max=_stat(_numeric(df, gpu("temp_c")), "max"),
+            gpu_sm_clock_mhz_mean=_stat(_numeric(df, gpu("sm_clock_mhz")), "mean"),
+            cpu_temp_c_max=_stat(_numeric(df, ["cpu_temp_c"]), "max"),
+            rss_bytes_max=_as_int(_stat(_numeric(df, ["rss_bytes"]), "max")),
+            threads_max=_as_int(_stat(_numeric(df, ["threads"]), "max")),
+            processes_max=_as_int(_stat(_numeric(df, ["processes"]), "max")),
+            samples=int(len(df)), interval_s=float(self.interval_s), missing=reasons or None,
+        )
 
     def to_csv_text(self) -> str:
         return str(self.frame.to_csv(index=False))

@@ -66,24 +66,24 @@ def layer_roofline(times: pd.DataFrame, flops: Mapping[tuple[str, str], int],
     for r in times.itertuples():
         key = (str(r.layer), str(r.phase))
         time_s = float(r.time_us) / 1e6
-        row: dict[str, object] = {"layer": key[0], "kind": kinds.get(key[0], ""), "phase": key[1],
-                                  "calls": int(r.calls), "time_s": time_s,
-                                  "share": time_s / step_s if step_s > 0 else math.nan}
+        entry: dict[str, object] = {"layer": key[0], "kind": kinds.get(key[0], ""), "phase": key[1],
+                                    "calls": int(r.calls), "time_s": time_s,
+                                    "share": time_s / step_s if step_s > 0 else math.nan}
         if key in flops or key in bytes_moved:
             f, b = float(flops.get(key, 0)), float(bytes_moved.get(key, 0.0))
             intensity = f / b if b > 0 else math.nan
             roof_s = roof_time_s(f, b, peak_flops_per_s, bandwidth_bytes_per_s)
             fraction = roof_s / time_s if time_s > 0 else math.nan
             per_call_bytes = b / max(int(r.calls), 1)
-            row.update(flops=f, bytes=b, intensity_flops_per_byte=intensity,
-                       achieved_flops_per_s=f / time_s if time_s > 0 else math.nan,
-                       roof_flops_per_s=(min(peak_flops_per_s, intensity * bandwidth_bytes_per_s)
-                                         if f > 0 and b > 0 else math.nan),
-                       roof_time_s=roof_s, roof_fraction=fraction,
-                       bound="compute" if f > 0 and intensity >= ridge else "memory",
-                       above_roof=bool(fraction > ABOVE_ROOF_TOLERANCE),
-                       cache_resident=bool(cache_bytes is not None and per_call_bytes <= cache_bytes))
-        rows.append(row)
+            entry.update(flops=f, bytes=b, intensity_flops_per_byte=intensity,
+                         achieved_flops_per_s=f / time_s if time_s > 0 else math.nan,
+                         roof_flops_per_s=(min(peak_flops_per_s, intensity * bandwidth_bytes_per_s)
+                                           if f > 0 and b > 0 else math.nan),
+                         roof_time_s=roof_s, roof_fraction=fraction,
+                         bound="compute" if f > 0 and intensity >= ridge else "memory",
+                         above_roof=bool(fraction > ABOVE_ROOF_TOLERANCE),
+                         cache_resident=bool(cache_bytes is not None and per_call_bytes <= cache_bytes))
+        rows.append(entry)
     return pd.DataFrame(rows, columns=list(LAYER_COLUMNS))
 
 

@@ -1,6 +1,9 @@
 """Row columns built from what one configuration measured: pure functions from results to flat mappings.
 
-Every name here is a column of :mod:`benchlib.store.schema`; the measuring code only fills them.
+The one author of a row: every column name a row holds is written here (``tests/test_architecture.py`` fails
+on a column written into a row anywhere else), each a column of :mod:`benchlib.store.schema`. The measuring
+code returns a :class:`~benchlib.run.measurement.Measurement` and :func:`measured_row` turns it into a row;
+a configuration that measured nothing gets :func:`failure_row`.
 """
 from __future__ import annotations
 
@@ -8,25 +11,32 @@ import datetime as dt
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._version import __version__
+from ..engine.knobs import compile_seconds
 from ..engine.step import optimizer_impl
 from ..engine.train import TrainResult
 from ..env.gpu import tf32_in_effect
 from ..env.manifest import process_uid
 from ..env.threads import choose_threads
-from ..instruments import drift
 from ..instruments.accuracy import wilson_interval
+from ..instruments.drift import Drift
 from ..instruments.energy import EnergyResult, per_sample
+from ..instruments.interference import Interference
 from ..instruments.memory import MemoryReport
 from ..instruments.samples import Samples
+from ..instruments.telemetry import TelemetrySummary
 from ..roofline.measured import Ceilings
 from ..roofline.model import place_on_roof, roof_dtype
 from ..spec.settings import RunConfig, settings_digest
 from ..store import schema
+from .measurement import Measurement, Quantized
+
+if TYPE_CHECKING:  # counting work imports torchvision: a study's driver, which reads rows, never counts
+    from ..nets.flops import Complexity
 
 Row = dict[str, Any]
 
@@ -39,7 +49,7 @@ def _ms(seconds: float) -> float:
     return seconds * 1000.0
 
 
-def base_row(cfg: RunConfig, machine: str, device: torch.device | None = None) -> Row:
+def base_row(cfg: RunConfig, machine: str, device: torch.device | None = None, started_utc: str | None = None) -> Row:
     """The identifying columns of a row, known before anything runs (failure rows use them too).
 
     ``device``: where it runs (``--device auto`` resolved); without it, what the configuration names.
@@ -59,7 +69,7 @@ def base_row(cfg: RunConfig, machine: str, device: torch.device | None = None) -
         "interop_threads": torch.get_num_interop_threads(),
         "seed": s.seed, "world_size": cfg.world_size, "status": "ok", "error": None,
         "benchlib_version": __version__, "format_version": schema.FORMAT_VERSION,
-        "started_utc": now_utc(), "process_uid": process_uid(),
+        "started_utc": started_utc or now_utc(), "process_uid": process_uid(),
         "optimizer": s.optimizer, "lr": s.lr,
         "optimizer_impl": optimizer_impl(s, device) if device is not None else s.optimizer_impl,
         "epochs": s.epochs, "pretrained": s.pretrained,
@@ -79,16 +89,9 @@ def base_row(cfg: RunConfig, machine: str, device: torch.device | None = None) -
 ACTIVATION_DTYPES = {"fp32": torch.float32, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
 
 
-def work_columns(cfg: RunConfig, num_classes: int, per_device_batch: int) -> Row:
-    """Counted work and bytes of the configuration (MACs and FLOPs under their own names).
-
-    Bytes are counted at the batch one device processes (the per-rank batch under data parallelism),
-    with activations in the dtype the variant computes in.
-    """
-    dtype = ACTIVATION_DTYPES[cfg.settings.knobs.precision]
-    from ..nets.flops import complexity_for_run  # here: a study's driver reads rows, never counts (torchvision)
-
-    c = complexity_for_run(cfg.model, cfg.settings.image_size, per_device_batch, num_classes, activation_dtype=dtype)
+def work_columns(c: Complexity) -> Row:
+    """Counted work and bytes of the configuration (MACs and FLOPs under their own names), as counted at the
+    batch one device processes, with activations in the dtype the variant computes in."""
     return {
         "macs_per_sample": c.macs_per_sample, "flops_per_sample": c.flops_per_sample,
         "non_mac_ops_per_sample": c.non_mac_ops_per_sample,
@@ -145,7 +148,35 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
         "epoch_s": epochs.median, "epoch_s_iqr": epochs.iqr, "epochs_timed": epochs.n,
         "final_loss": trained.final_loss,
         "step_sync": "per-step" if trained.sync_per_step else "region",
-        **drift.measure(trained.step_s).columns(),
+    }
+
+
+def drift_columns(d: Drift) -> Row:
+    """Whether the machine's own speed moved under the timed steps (``instruments.drift``)."""
+    return {"train_step_drift_pct": d.drift_pct, "train_step_autocorr": d.autocorr, "train_step_drift_p": d.p_value,
+            "machine_drifted": d.drifted, "machine_drift": d.describe(),
+            "machine_drift_threshold_pct": d.threshold_pct}
+
+
+def interference_columns(i: Interference) -> Row:
+    """Other work on the machine during the timed phases (``instruments.interference``)."""
+    return {"interference_cpu_pct": i.cpu_pct, "steal_pct": i.steal_pct, "loadavg_1m_before": i.loadavg_1m_before,
+            "cpu_freq_mhz_mean": i.cpu_freq_mhz_mean, "gpu_other_processes_max": i.gpu_other_processes_max,
+            "interfered": i.interfered, "interference": i.describe(),
+            "interference_threshold_pct": i.threshold_pct}
+
+
+def telemetry_columns(t: TelemetrySummary) -> Row:
+    """The telemetry of one phase, summarized (``instruments.telemetry``); None where nothing was measured."""
+    return {
+        "cpu_util_pct_mean": t.cpu_util_pct_mean, "cpu_util_pct_p95": t.cpu_util_pct_p95,
+        "proc_cpu_util_pct_mean": t.proc_cpu_util_pct_mean, "gpu_util_pct_mean": t.gpu_util_pct_mean,
+        "gpu_util_pct_p95": t.gpu_util_pct_p95, "gpu_mem_util_pct_mean": t.gpu_mem_util_pct_mean,
+        "gpu_mem_used_bytes_max": t.gpu_mem_used_bytes_max, "gpu_power_w_mean": t.gpu_power_w_mean,
+        "gpu_temp_c_max": t.gpu_temp_c_max, "gpu_sm_clock_mhz_mean": t.gpu_sm_clock_mhz_mean,
+        "cpu_temp_c_max": t.cpu_temp_c_max, "rss_bytes_max": t.rss_bytes_max, "threads_max": t.threads_max,
+        "processes_max": t.processes_max, "telemetry_samples": t.samples, "telemetry_interval_s": t.interval_s,
+        "telemetry_missing": t.missing,
     }
 
 
@@ -207,3 +238,72 @@ def energy_columns(prefix: str, result: EnergyResult, samples: int, device_type:
         f"{prefix}_energy_method": result.gpu_method if device_type == "cuda" else result.cpu_method,
         f"{prefix}_energy_unmeasurable": reasons,
     }
+
+
+def quantized_columns(q: Quantized | None, model_size_bytes: int, test_accuracy: float | None,
+                      trained_by: str | None) -> Row:
+    """The evaluated model's size and, for an int8 variant, the fp32 model it came from and what it lost."""
+    if q is None:
+        return {"model_size_bytes": model_size_bytes}
+    fp32 = q.fp32_test_accuracy
+    drop = (fp32 - test_accuracy) * 100 if fp32 is not None and test_accuracy is not None else None
+    return {
+        "model_size_bytes": model_size_bytes, "fp32_model_size_bytes": q.fp32_model_size_bytes,
+        "fp32_test_accuracy": q.fp32_test_accuracy, "accuracy_drop_pts": drop,
+        "quantized_modules": json.dumps(q.quantized_modules, sort_keys=True), "weights_trained_by": trained_by,
+        "weights": (f"the fp32 weights {trained_by} trained, quantized after training" if trained_by
+                    else "the fp32 weights trained in this configuration, quantized after training"),
+    }
+
+
+def _training_row(m: Measurement) -> Row:
+    """Every training column of a row that trained: steps, drift, telemetry and energy of the loop, compile."""
+    t = m.training
+    if t is None:  # an evaluate-only row has no training figures of its own
+        return {}
+    trained = t.result
+    row: Row = {
+        **training_columns(trained, m.setup.batches_per_epoch, m.setup.world_size), **drift_columns(t.drift),
+        "train_accuracy": None if m.setup.synthetic else trained.train_accuracy,
+        **telemetry_columns(m.telemetry.summary("train")),
+        **energy_columns("train", t.energy, t.energy_samples, m.setup.device.type),
+    }
+    if t.compiled is not None:
+        row.update({"compile_s": compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median),
+                    "compile_graphs": t.compiled.graphs, "compile_graph_breaks": t.compiled.graph_breaks,
+                    "compile_fell_back": t.compiled.fell_back, "compile_fallback_reason": t.compiled.reason})
+    return row
+
+
+def measured_row(m: Measurement) -> Row:
+    """The row of one measured configuration, placed under ``m.ceilings`` where the measurement had them."""
+    st, test, infer = m.setup, m.evaluation, m.inference
+    accuracy = None if st.synthetic else test.accuracy
+    row = base_row(m.cfg, m.machine, st.device, m.started_utc)
+    row.update({"hardware": st.hardware, "device_name": st.device_name, **work_columns(st.work), **_training_row(m)})
+    row.update({
+        "synthetic": st.synthetic, "num_classes": st.num_classes, "train_samples": st.train_samples,
+        "test_samples": st.test_samples, "world_size": st.world_size, "per_rank_batch_size": st.local_batch,
+        "distributed_backend": st.distributed_backend, "ddp_weights_in_sync": m.ddp_weights_in_sync,
+        "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
+        **accuracy_columns(accuracy, test.samples),
+        **latency_columns(infer.latency, infer.batch_latency, infer.throughput_repeat_s, infer.samples),
+        **memory_columns(m.memory),
+        "params": st.params, "params_trainable": st.params_trainable,
+        **quantized_columns(m.quantized, m.model_size_bytes, accuracy, st.weights_trained_by),
+        **energy_columns("infer", infer.energy, infer.samples, st.device.type),
+        "threads": m.threads, "duration_s": m.duration_s, "finished_utc": m.finished_utc,
+        **interference_columns(m.interference),
+    })
+    row.update(roof_columns(row, m.ceilings, st.device.type, st.world_size))
+    return row
+
+
+def unmeasured_row(cfg: RunConfig, status: str, error: str, machine: str) -> Row:
+    """A row that records why a configuration produced no measurement (``run.outcome`` words the two)."""
+    return {**base_row(cfg, machine), "status": status, "error": error, "finished_utc": now_utc()}
+
+
+def with_manifest(row: Row, manifest_id: str) -> Row:
+    """The row with the environment manifest it was measured in (``manifests/<id>.json``)."""
+    return {**row, "manifest_id": manifest_id}

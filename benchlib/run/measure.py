@@ -1,17 +1,18 @@
 """Measure one configuration end to end and return what it measured; nothing here writes a file.
 
 The pieces are the engine's (set-up, the one training step, evaluation, latency) and the instruments'
-(memory, telemetry, energy); this module decides their order and turns what they return into a row.
+(memory, telemetry, energy); this module runs them in order, one short function a phase, and returns what they
+measured as a frozen :class:`~benchlib.run.measurement.Measurement`. It names no column: the row is made of the
+record by :mod:`benchlib.run.columns`, and :mod:`benchlib.run.record` writes it and the trained weights.
 """
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -24,22 +25,23 @@ from ..engine.inference import (
     measure_latency,
     measure_throughput,
 )
-from ..engine.knobs import compile_report, compile_seconds, precision_context
+from ..engine.knobs import CompileReport, compile_report, precision_context
 from ..engine.setup import build, check_runs, configuration, num_classes, wrap
 from ..engine.step import Trainer, in_memory_format
 from ..engine.train import EvalResult, TrainResult, evaluate, train
-from ..engine.weights import WeightsPlan, load_weights, save_weights
+from ..engine.weights import WeightsPlan, load_weights
 from ..env import distributed
 from ..env.devices import cuda_uuids, device_name, resolve_hardware
 from ..env.manifest import machine_name
 from ..env.rank_watch import RankWatch
 from ..env.threads import usable_cpu_ids
 from ..errors import RankFailed
-from ..instruments import interference
+from ..instruments import drift, interference
 from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
 from ..instruments.samples import Samples
 from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
+from ..nets.flops import complexity_for_run
 from ..nets.quantize import (
     count_quantized_modules,
     model_size_on_disk_bytes,
@@ -50,36 +52,17 @@ from ..nets.quantize import (
 from ..roofline.measured import Ceilings
 from ..spec.settings import RunConfig, RunSettings
 from ..store.schema import BATCHES_PER_THROUGHPUT_REPEAT
-from .columns import (
-    Row,
-    accuracy_columns,
-    base_row,
-    energy_columns,
-    latency_columns,
-    memory_columns,
-    now_utc,
-    roof_columns,
-    training_columns,
-    work_columns,
-)
+from .columns import ACTIVATION_DTYPES, now_utc
 from .faults import maybe_failing_loader, maybe_inject_setup
+from .measurement import Inference, Measurement, Quantized, SetUp, Training
 from .outcome import failure_status
 
 ProgressFn = Callable[[str], None]
 _CALIBRATION_BATCHES = 8
 
 
-@dataclass
-class Measurement:
-    """What one configuration measured: its row, the raw samples behind it, and the telemetry time series."""
-
-    row: Row
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    telemetry: Telemetry | None = None
-
-
-def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunSettings, fp32_test: EvalResult,
-               trained_by: str | None) -> tuple[nn.Module, EvalResult, Row]:
+def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunSettings,
+               fp32_test: EvalResult) -> tuple[nn.Module, EvalResult, Quantized]:
     """Quantize the trained fp32 model itself and evaluate it: accuracy is compared on the same weights.
 
     Static int8 is calibrated on training batches (real images: the activation ranges must be real).
@@ -91,15 +74,9 @@ def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunS
     else:
         qmodel = quantize_dynamic_linear(model)
     test = evaluate(qmodel, loaders.test, device)
-    drop = (fp32_test.accuracy - test.accuracy) * 100 if not loaders.synthetic else None
-    return qmodel, test, {
-        "model_size_bytes": model_size_on_disk_bytes(qmodel), "fp32_model_size_bytes": model_size_on_disk_bytes(model),
-        "fp32_test_accuracy": None if loaders.synthetic else fp32_test.accuracy, "accuracy_drop_pts": drop,
-        "quantized_modules": json.dumps(count_quantized_modules(qmodel), sort_keys=True),
-        "weights_trained_by": trained_by,
-        "weights": (f"the fp32 weights {trained_by} trained, quantized after training" if trained_by
-                    else "the fp32 weights trained in this configuration, quantized after training"),
-    }
+    return qmodel, test, Quantized(fp32_model_size_bytes=model_size_on_disk_bytes(model),
+                                   fp32_test_accuracy=None if loaders.synthetic else fp32_test.accuracy,
+                                   quantized_modules=count_quantized_modules(qmodel))
 
 
 def _loadavg_1m() -> float | None:
@@ -210,42 +187,91 @@ def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.d
     return lat1, latn, Samples.of(times), e0, meter.read()
 
 
-def _training_energy(meter: EnergyMeter, timed_start: list[EnergyReading], end: EnergyReading,
-                     telemetry: Telemetry, trained: TrainResult, device: torch.device,
-                     dist_info: distributed.DistInfo | None) -> Row:
-    """Energy columns of the timed training steps: from the first timed step (warmup and compilation left
-    out, as the step times leave them out) to the end, per sample the meter's GPUs (or this node's CPU
-    package) processed: this node's ranks, not every node's."""
-    if not timed_start:  # every step was warmup: nothing timed, no energy per timed sample
-        return energy_columns("train", meter.between(end, end, telemetry=telemetry), 0, device.type)
+@dataclass
+class _Built:
+    """What the set-up phase hands on: the record of it, and the live objects the later phases use."""
+
+    setup: SetUp
+    model: nn.Module
+    train_net: nn.Module
+    infer_net: nn.Module
+    loaders: Loaders
+    memory: PeakMemory
+
+
+def _set_up(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInfo | None,
+            weights: WeightsPlan | None, say: ProgressFn) -> _Built:
+    """Count the work, open the memory window, build data and model (or load another configuration's
+    weights), wrap them as the variant asks."""
+    s = cfg.settings
+    local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
+    rank, world = (dist_info.rank, dist_info.world_size) if dist_info else (0, 1)
+    dtype = ACTIVATION_DTYPES[s.knobs.precision]
+    work = complexity_for_run(cfg.model, s.image_size, local_batch, num_classes(s), activation_dtype=dtype)
+    memory = PeakMemory(device).start()  # opened after counting: the count's model copies are not the run's
+    maybe_inject_setup(cfg.run_id, rank)
+    built = build(cfg, device, local_batch, (rank, world))
+    trained_by = load_weights(weights, built.model) if weights is not None and weights.load else None
+    train_net, infer_net = wrap(built.model, s, device, dist_info)
+    loaders = built.loaders
+    setup = SetUp(
+        device=device, hardware=str(device) if cfg.hardware == "auto" else cfg.hardware,
+        device_name=device_name(device), work=work, local_batch=local_batch, world_size=world,
+        distributed_backend=dist_info.backend if dist_info else None, batches_per_epoch=built.per_epoch,
+        params=sum(p.numel() for p in built.model.parameters()),
+        params_trainable=sum(p.numel() for p in built.model.parameters() if p.requires_grad),
+        synthetic=loaders.synthetic, num_classes=loaders.num_classes, train_samples=loaders.train_samples,
+        test_samples=loaders.test_samples, weights_trained_by=trained_by, loadavg_1m_before=_loadavg_1m())
+    say(f"set up on {setup.device_name}: {cfg.model}, batch {cfg.batch_size}, " + (
+        f"evaluating the weights {trained_by} trained" if trained_by else
+        f"{built.per_epoch} batches/epoch, {s.warmup_steps} warmup step(s) untimed"))
+    return _Built(setup, built.model, train_net, infer_net, loaders, memory)
+
+
+def _train(b: _Built, cfg: RunConfig, meter: EnergyMeter, dist_info: distributed.DistInfo | None,
+           progress: ProgressFn | None, heartbeat: ProgressFn | None) -> tuple[TrainResult, EnergyReading,
+                                                                                EnergyReading | None]:
+    """The timed training loop; the energy readings at its first timed step and at its end."""
+    timed_start: list[EnergyReading] = []
+    trained = train(Trainer.of(b.train_net, b.model, cfg.settings, b.setup.device),
+                    maybe_failing_loader(b.loaders.train, cfg.run_id, dist_info.rank if dist_info else 0),
+                    cfg.settings, b.setup.batches_per_epoch, progress=progress, heartbeat=heartbeat,
+                    at_timed_start=lambda: timed_start.append(meter.read()))
+    return trained, meter.read(), timed_start[0] if timed_start else None
+
+
+def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | None, end: EnergyReading,
+              telemetry: Telemetry, dist_info: distributed.DistInfo | None, compiled: CompileReport | None) -> Training:
+    """The training record: energy from the first timed step (warmup and compilation left out, as the step
+    times leave them out) to the end, per sample the meter's GPUs (or this node's CPU package) processed:
+    this node's ranks, not every node's."""
     local_ranks = distributed.local_world_size() if dist_info else 1
-    return energy_columns("train", meter.between(timed_start[0], end, telemetry=telemetry),
-                          trained.timed_samples * local_ranks, device.type)
+    energy = meter.between(start or end, end, telemetry=telemetry)
+    samples = trained.timed_samples * local_ranks if start is not None else 0  # every step warmup: none timed
+    return Training(result=trained, drift=drift.measure(trained.step_s), energy=energy, energy_samples=samples,
+                    compiled=compiled)
+
+
+def _evaluate(b: _Built, cfg: RunConfig, say: ProgressFn) -> tuple[nn.Module, EvalResult, int, Quantized | None]:
+    """Test-set accuracy of the network as the variant evaluates it (the int8 copy for a quantized one)."""
+    s = cfg.settings
+    say(f"evaluating on the test split ({b.loaders.test_samples} samples)")
+    test = evaluate(b.infer_net, b.loaders.test, b.setup.device, s.knobs)
+    if s.knobs.trains:
+        return b.infer_net, test, model_size_on_disk_bytes(b.model), None
+    qnet, qtest, quantized = _quantized(b.model, b.loaders, b.setup.device, s, test)
+    return qnet, qtest, model_size_on_disk_bytes(qnet), quantized
 
 
 def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInfo | None, *, machine: str | None,
              progress: ProgressFn | None, ceilings: Ceilings | None, weights: WeightsPlan | None,
              heartbeat: ProgressFn | None = None) -> Measurement | None:
+    """The phases in order: set-up, training, evaluation, inference, under the telemetry sampler and the energy
+    meters; then the record of them."""
     s = cfg.settings
     say = progress or (lambda _msg: None)
-    local_batch = distributed.per_rank_batch(cfg.batch_size, dist_info)
-    world = dist_info.world_size if dist_info else 1
-    row = base_row(cfg, machine or machine_name(), device)
-    row["hardware"] = str(device) if cfg.hardware == "auto" else cfg.hardware
-    row["device_name"] = device_name(device)
-    t_start = time.perf_counter()
-    row.update(work_columns(cfg, num_classes(s), local_batch))  # counted before the memory window opens
-    memory = PeakMemory(device).start()
-    maybe_inject_setup(cfg.run_id, dist_info.rank if dist_info else 0)
-    built = build(cfg, device, local_batch, (dist_info.rank, world) if dist_info else (0, 1))
-    model, loaders, per_epoch = built.model, built.loaders, built.per_epoch
-    trained_by = load_weights(weights, model) if weights is not None and weights.load else None
-    train_net, infer_net = wrap(model, s, device, dist_info)
-    params = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    say(f"set up on {row['device_name']}: {cfg.model}, batch {cfg.batch_size}, " + (
-        f"evaluating the weights {trained_by} trained" if trained_by else
-        f"{per_epoch} batches/epoch, {s.warmup_steps} warmup step(s) untimed"))
+    started_utc, t_start = now_utc(), time.perf_counter()
+    b = _set_up(cfg, device, dist_info, weights, say)
     uuids = _gpu_uuids(device, dist_info)
     peers = distributed.local_peer_pids(dist_info)  # every rank, before any of them starts sampling
     sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpus=bool(uuids),
@@ -253,39 +279,27 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)  # training: every local rank's GPU, each busy with its share
     infer_meter = meter  # inference runs on rank 0 alone: its GPU only (below), not the idle ones beside it
-    loadavg_1m = _loadavg_1m()
-    timed_start: list[EnergyReading] = []
+    trained, train_end, timed_start, compiled = None, None, None, None
     try:
         sampler.start()
         sampler.set_phase("train")
-        trained = None
-        if not trained_by:
-            trained = train(Trainer.of(train_net, model, s, device),
-                            maybe_failing_loader(loaders.train, cfg.run_id, dist_info.rank if dist_info else 0),
-                            s, per_epoch, progress=progress, heartbeat=heartbeat,
-                            at_timed_start=lambda: timed_start.append(meter.read()))
-        e_train1 = meter.read()
-        in_sync = distributed.weights_in_sync(model, dist_info)
+        if not b.setup.weights_trained_by:
+            trained, train_end, timed_start = _train(b, cfg, meter, dist_info, progress, heartbeat)
+        in_sync = distributed.weights_in_sync(b.model, dist_info)
         if dist_info is not None and not dist_info.is_main:
-            memory.stop()
+            b.memory.stop()
             distributed.barrier(dist_info)  # wait while rank 0 evaluates
             return None
         compiled = compile_report() if s.knobs.compile != "off" else None
-        if trained is not None and weights is not None and weights.save:
-            save_weights(weights, model, cfg.run_id)
         sampler.set_phase("eval")
-        say(f"evaluating on the test split ({loaders.test_samples} samples)")
-        test = evaluate(infer_net, loaders.test, device, s.knobs)
-        quant: Row = {"model_size_bytes": model_size_on_disk_bytes(model)}
-        if not s.knobs.trains:
-            infer_net, test, quant = _quantized(model, loaders, device, s, test, trained_by)
+        infer_net, test, model_bytes, quantized = _evaluate(b, cfg, say)
         if dist_info is not None and device.type == "cuda":
             infer_meter = EnergyMeter(gpu_uuids=_gpu_uuids(device, None))
         sampler.set_phase("latency")
         say(f"timing inference at batch 1 and {cfg.batch_size}: {s.latency_repeats} repeats each, up to "
             f"{LATENCY_TARGET_SAMPLES} within {s.latency_budget_s:g} s, after {s.infer_warmup_batches} warmup "
             "batch(es)")
-        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, loaders, cfg, device, infer_meter)
+        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, b.loaders, cfg, device, infer_meter)
     finally:
         if sampler.running:
             sampler.stop()
@@ -294,42 +308,20 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
             infer_meter.close()
     telemetry = sampler.result
     assert telemetry is not None
-    mem = memory.stop()
+    mem = b.memory.stop()
     distributed.barrier(dist_info)
-
-    synthetic = loaders.synthetic
-    infer_samples = cfg.batch_size * BATCHES_PER_THROUGHPUT_REPEAT * thr.n
-    if trained is not None:  # an evaluate-only row has no training figures of its own
-        row.update({
-            **training_columns(trained, per_epoch, world),
-            "train_accuracy": None if synthetic else trained.train_accuracy,
-            **telemetry.summary("train"),
-            **_training_energy(meter, timed_start, e_train1, telemetry, trained, device, dist_info),
-        })
-        if compiled is not None:
-            row.update(compile_s=compile_seconds(trained.warmup_step_s, Samples.of(trained.step_s).median),
-                       compile_graphs=compiled.graphs, compile_graph_breaks=compiled.graph_breaks,
-                       compile_fell_back=compiled.fell_back, compile_fallback_reason=compiled.reason)
-    row.update({
-        "synthetic": synthetic, "num_classes": loaders.num_classes, "train_samples": loaders.train_samples,
-        "test_samples": loaders.test_samples, "world_size": world, "per_rank_batch_size": local_batch,
-        "distributed_backend": dist_info.backend if dist_info else None, "ddp_weights_in_sync": in_sync,
-        "val_samples_per_s": test.samples_per_s, "val_s": test.seconds,
-        **accuracy_columns(None if synthetic else test.accuracy, test.samples),
-        **latency_columns(lat1, latn, thr, infer_samples),
-        **memory_columns(mem),
-        "params": params, "params_trainable": trainable, **quant,
-        **energy_columns("infer", infer_meter.between(e_infer0, e_infer1, telemetry=telemetry), infer_samples,
-                         device.type),
-        "threads": torch.get_num_threads(), "duration_s": time.perf_counter() - t_start, "finished_utc": now_utc(),
-    })
-    row.update(interference.measure(telemetry.frame, usable_cpu_ids(), threshold_pct=s.interference_threshold_pct,
-                                    loadavg_1m_before=loadavg_1m).columns())
-    row.update(roof_columns(row, ceilings, device.type, world))
-    samples = {"latency_s": list(lat1.values), "batch_latency_s": list(latn.values),
-               "infer_repeat_s": list(thr.values)}
-    if trained is not None:
-        samples.update({"train_step_s": trained.step_s, "warmup_step_s": trained.warmup_step_s,
-                        "data_wait_s": trained.data_wait_s, "epoch_s": trained.epoch_s,
-                        "loss": trained.loss_per_step})
-    return Measurement(row, samples, telemetry)
+    training = None
+    if trained is not None and train_end is not None:
+        training = _training(trained, meter, timed_start, train_end, telemetry, dist_info, compiled)
+    inference = Inference(latency=lat1, batch_latency=latn, throughput_repeat_s=thr,
+                          samples=cfg.batch_size * BATCHES_PER_THROUGHPUT_REPEAT * thr.n,
+                          energy=infer_meter.between(e_infer0, e_infer1, telemetry=telemetry))
+    return Measurement(
+        cfg=cfg, machine=machine or machine_name(), started_utc=started_utc, finished_utc=now_utc(),
+        duration_s=time.perf_counter() - t_start, setup=b.setup, training=training, evaluation=test,
+        model_size_bytes=model_bytes, quantized=quantized, inference=inference, memory=mem, telemetry=telemetry,
+        interference=interference.measure(telemetry.frame, usable_cpu_ids(),
+                                          threshold_pct=s.interference_threshold_pct,
+                                          loadavg_1m_before=b.setup.loadavg_1m_before),
+        threads=torch.get_num_threads(), ddp_weights_in_sync=in_sync, ceilings=ceilings,
+        trained_model=b.model if training is not None else None)

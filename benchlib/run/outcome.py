@@ -1,13 +1,11 @@
 """How a configuration that produced no measurement ended: its status word and one line saying why."""
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..errors import MeasurementOutcome
 from ..spec.settings import RunConfig
-from .columns import Row, base_row, now_utc
+from .columns import Row, unmeasured_row
 
 
 def error_text(exc: BaseException) -> str:
@@ -37,8 +35,4 @@ _CPU_ALLOCATION_FAILED = ("DefaultCPUAllocator: can't allocate memory", "Default
 
 def failure_row(cfg: RunConfig, exc: BaseException, machine: str) -> Row:
     """A row that records why a configuration produced no measurement."""
-    row: dict[str, Any] = base_row(cfg, machine)
-    row["status"] = failure_status(exc)
-    row["error"] = error_text(exc)
-    row["finished_utc"] = now_utc()
-    return row
+    return unmeasured_row(cfg, failure_status(exc), error_text(exc), machine)

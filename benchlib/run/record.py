@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import log as messages
-from ..engine.weights import WeightsPlan, plan_weights
+from ..engine.weights import WeightsPlan, plan_weights, save_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
 from ..env.rank_watch import RankWatch
@@ -37,7 +37,7 @@ from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
 from ..store.noise_floor import read_noise_floor
 from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, write_row
-from .columns import Row, roof_columns
+from .columns import Row, measured_row, roof_columns, with_manifest
 from .faults import maybe_inject
 from .outcome import failure_row, failure_status
 
@@ -70,7 +70,7 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
         ceilings = ensure_ceilings(layout.root, resolve_hardware(cfg.hardware), progress) if main_rank else None
 
         def record_peer_failure(failure: RankFailed) -> None:  # rank 0, told by its watch: the row names the rank
-            row = {**failure_row(cfg, failure, manifest["machine"]), "manifest_id": mid}
+            row = with_manifest(failure_row(cfg, failure, manifest["machine"]), mid)
             write_row(layout, row, {})
             if progress:
                 progress(f"{cfg.run_id}: {row['status']}: {failure}")
@@ -81,7 +81,9 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
                            heartbeat=heartbeat, on_peer_failure=record_peer_failure if main_rank else None)
         if measured is None:  # a data-parallel rank other than 0: rank 0 writes the row
             return None
-        row, samples, telemetry = measured.row, measured.samples, measured.telemetry
+        if weights is not None and weights.save and measured.trained_model is not None:
+            save_weights(weights, measured.trained_model, cfg.run_id)  # for the variants that evaluate them
+        row, samples, telemetry = measured_row(measured), measured.samples, measured.telemetry
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
         row, samples, telemetry = failure_row(cfg, exc, manifest["machine"]), {}, None
         if progress:
@@ -102,7 +104,7 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
             rose = raised(before, now) or "no figure rose"
             progress(f"{cfg.run_id} landed above its roof: ceilings measured again ({rose}); "
                      f"above roof now: {row['above_roof']}")
-    row["manifest_id"] = mid
+    row = with_manifest(row, mid)
     if telemetry is not None and not telemetry.frame.empty:
         atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
     write_row(layout, row, samples)
