@@ -12,6 +12,18 @@ Two families:
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message that says anything ('' when none does): one line for a row, a
+    warning or a refusal, whatever the library below wrote (a YAML mark, a traceback, a C++ frame list)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line`` of an exception (just ``Type`` when its message is empty)."""
+    said = first_line(exc)
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
 class BenchlibError(Exception):
     """Base class for user-facing errors: the message is the whole explanation."""
 

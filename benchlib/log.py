@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 LOGGER_NAME = "benchlib"
 LEVEL_ENV = "BENCHLIB_LOG_LEVEL"
@@ -25,6 +26,10 @@ PREFIX = "[benchlib] "
 PLAIN_HEARTBEAT_S = 60.0  # a log file (no terminal) gains a "still running" line this often at most
 
 logger = logging.getLogger(LOGGER_NAME)
+
+# What every long operation takes to report how far it got: one line of text at a time (a terminal's status
+# line, a notebook's output, a log file; ``info`` below is the default one).
+ProgressFn = Callable[[str], None]
 
 
 class _Lines(logging.Formatter):

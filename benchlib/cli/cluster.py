@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import log as messages
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 
 if TYPE_CHECKING:
     from ..pipeline.slurm import JobPlace, SlurmResources
@@ -65,7 +65,7 @@ def _report(results: Path, reports_root: Path, study: str) -> bool:
     try:
         out = summarize([results], reports_root / study, title=f"benchlib study: {study}")
     except PAIR_FAILURES as exc:
-        _say(f"the summary of {results} failed: {type(exc).__name__}: {exc}")
+        _say(f"the summary of {results} failed: {one_line(exc)}")
         return False
     print(out)
     return True

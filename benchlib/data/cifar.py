@@ -12,7 +12,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import transforms
 
-from ..errors import DataPathError
+from ..errors import DataPathError, one_line
 from .common import DatasetSplits, image_transforms, subset_indices
 
 LAYOUT = "data_batch_1..5 and test_batch (python version) in it or in its cifar-10-batches-py/ folder"
@@ -79,7 +79,7 @@ def _restricted_load(file_path: str) -> Any:
         raise
     except Exception as error:  # corrupt pickles raise many types; all mean "not a CIFAR file"
         raise DataPathError(
-            f"data path file '{file_path}' is not a readable CIFAR-10 pickle: {type(error).__name__}: {error}"
+            f"data path file '{file_path}' is not a readable CIFAR-10 pickle: {one_line(error)}"
         ) from None
 
 

@@ -14,7 +14,7 @@ from PIL import Image
 from torch.utils.data import Dataset, Subset
 from torchvision import transforms
 
-from ..errors import DataPathError
+from ..errors import DataPathError, one_line
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -102,6 +102,6 @@ def open_rgb(file_path: str) -> Image.Image:
         with Image.open(file_path) as image:
             return image.convert("RGB")
     except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for truncated and foreign files
-        raise DataPathError(f"image '{file_path}' cannot be read ({type(error).__name__}: {error}); allowed: an "
+        raise DataPathError(f"image '{file_path}' cannot be read ({one_line(error)}); allowed: an "
                             "image file PIL decodes (remove or replace it)") from None
 

@@ -4,7 +4,6 @@ Synthetic batches measure the model alone; real loaders measure the system (docs
 """
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -106,5 +105,3 @@ def batches_per_epoch(loader: DataLoader[Any] | SyntheticBatches, max_train_batc
     return min(n, max_train_batches) if max_train_batches else n
 
 
-def epochs_for_steps(total_steps: int, per_epoch: int) -> int:
-    return max(1, math.ceil(total_steps / max(1, per_epoch)))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from ..errors import ConfigError, DataPathError
+from ..errors import ConfigError, DataPathError, one_line
 from ..spec.vocab import NAME_PATTERN, PYTHON_DATA_PREFIX
 from .common import DatasetSplits, maybe_subset
 
@@ -62,8 +62,7 @@ def _image_size(data: Dataset[Any], what: str) -> int:
     try:
         sample = data[0]
     except Exception as exc:  # the user's __getitem__: anything may go wrong in it
-        said = str(exc).splitlines()[0] if str(exc) else ""
-        raise ConfigError(f"{what}: reading sample 0 failed: {type(exc).__name__}: {said}") from exc
+        raise ConfigError(f"{what}: reading sample 0 failed: {one_line(exc)}") from exc
     ok = isinstance(sample, (tuple, list)) and len(sample) == 2 and isinstance(sample[0], torch.Tensor)
     image = sample[0] if ok else None
     if image is None or image.ndim != 3 or image.shape[0] != 3 or image.shape[1] != image.shape[2]:

@@ -19,12 +19,12 @@ from torch import nn
 from ..env.devices import synchronize
 from ..errors import MemoryCeilingError, NonFiniteLossError
 from ..instruments.timing import RegionClock, StepTimer
+from ..log import ProgressFn
 from ..spec.knobs import Knobs
 from ..spec.settings import RunSettings
 from .knobs import precision_context
 from .step import Trainer, in_memory_format, to_device, train_step
 
-ProgressFn = Callable[[str], None]
 HEARTBEAT_S = 1.0  # the least time between two heartbeat lines
 
 

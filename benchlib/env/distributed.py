@@ -121,6 +121,3 @@ def barrier(info: DistInfo | None) -> None:
         dist.barrier()
 
 
-def shutdown(info: DistInfo | None) -> None:
-    if info is not None and dist.is_initialized():
-        dist.destroy_process_group()

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
+from ..errors import one_line
 from .devices import available_hardware, cpu_model_name
 from .threads import slurm_cpus, usable_cpus
 
@@ -79,7 +80,7 @@ def driver_version() -> tuple[str | None, str | None]:
         finally:
             pynvml.nvmlShutdown()
     except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, one_line(exc)
 
 
 def collect_manifest() -> dict[str, Any]:

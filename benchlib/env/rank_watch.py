@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from ..errors import RankFailed
+from ..errors import RankFailed, one_line
 
 COUNT_KEY = "benchlib/failures"
 MESSAGE_KEY = "benchlib/failed/{rank}"
@@ -89,8 +89,7 @@ class RankWatch:
 
     def post(self, exc: BaseException, status: str = "failed") -> None:
         """This rank failed (its row would say ``status``): tell the others, the message before the count."""
-        first_line = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-        message = f"rank {self.rank} of {self.world_size} on {socket.gethostname()}: {type(exc).__name__}: {first_line}"
+        message = f"rank {self.rank} of {self.world_size} on {socket.gethostname()}: {one_line(exc)}"
         self.store.set(MESSAGE_KEY.format(rank=self.rank), f"{status}\n{message}")
         self.store.add(COUNT_KEY, 1)
         self._posted = 1

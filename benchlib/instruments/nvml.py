@@ -11,6 +11,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import one_line
+
 try:  # nvidia-ml-py is a dependency, but a broken install must not break CPU measurements
     import pynvml
 except ImportError:  # pragma: no cover - exercised only where the package is absent
@@ -19,7 +21,7 @@ except ImportError:  # pragma: no cover - exercised only where the package is ab
 
 def nvml_reason(exc: BaseException) -> str:
     """A short reason naming the NVML error class (e.g. ``NVMLError_NotSupported: Not Supported``)."""
-    return f"{type(exc).__name__}: {exc}"
+    return one_line(exc)
 
 
 def is_permanent(exc: BaseException) -> bool:

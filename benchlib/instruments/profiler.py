@@ -11,7 +11,6 @@ copies, then data loading, then host execution; what no category covers is ``oth
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,10 +283,3 @@ class ProfileResult:
                 "top_self_device": self.top_by_self_device, "steps": self.steps, "breakdown": self.breakdown}
 
 
-def format_breakdown(breakdown: pd.DataFrame) -> str:
-    """The breakdown as short lines (``compute  81.2 %  12345 us``) for logs and notebooks."""
-    lines = []
-    for row in breakdown.itertuples(index=False):
-        pct = 100.0 * row.fraction if math.isfinite(row.fraction) else math.nan
-        lines.append(f"{row.category:<13}{pct:6.1f} %  {row.time_us:12.0f} us")
-    return "\n".join(lines)

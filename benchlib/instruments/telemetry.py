@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 import psutil
 
+from ..errors import one_line
 from .cpu import CpuSource, cpu_temp_c, open_cpu_source
 from .nvml import NvmlDevices, is_permanent, nvml_reason, pynvml
 
@@ -409,12 +410,12 @@ class TelemetrySampler:
             try:
                 row.update(self._cpu(window_s))
             except Exception as exc:  # noqa: BLE001 - telemetry must not break the run
-                self._missing.setdefault("cpu", f"sampling failed: {type(exc).__name__}: {exc}")
+                self._missing.setdefault("cpu", f"sampling failed: {one_line(exc)}")
             if self._gpu is not None and self._gpu.handles:
                 try:
                     row.update(self._gpu.sample())
                 except Exception as exc:  # noqa: BLE001
-                    self._missing.setdefault("gpu", f"sampling failed: {type(exc).__name__}: {exc}")
+                    self._missing.setdefault("gpu", f"sampling failed: {one_line(exc)}")
             self._rows.append(row)
             self._tick += 1
 

@@ -15,7 +15,7 @@ import torch
 import torchvision
 from torch import nn
 
-from ..errors import ConfigError, WeightsUnavailableError
+from ..errors import ConfigError, WeightsUnavailableError, first_line
 from ..spec.vocab import MODEL_FORMS, MODELS
 from .user_models import build_user_model, is_user_model
 
@@ -67,9 +67,9 @@ def _load_weights_file(path: Path, name: str) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise WeightsUnavailableError(f"weights file '{path}' is not a PyTorch checkpoint that loads as a plain "
-                                      f"state_dict (weights_only=True says: {first})") from exc
+                                      f"state_dict (weights_only=True says: {first_line(exc) or type(exc).__name__})"
+                                      ) from exc
     if not isinstance(state, dict):
         raise WeightsUnavailableError(
             f"weights file '{path}' holds a {type(state).__name__}, not a state_dict of {name}"
@@ -125,7 +125,7 @@ def build_model(
     try:
         model.load_state_dict(_pretrained_state_dict(name, weights_path))
     except RuntimeError as exc:  # keys or shapes of another architecture
-        raise WeightsUnavailableError(f"weights for {name} do not fit the model: {str(exc).splitlines()[0]}") from exc
+        raise WeightsUnavailableError(f"weights for {name} do not fit the model: {first_line(exc)}") from exc
     replace_head(model, name, num_classes)
     if freeze_backbone:
         head = {id(p) for p in head_parameters(model, name)}

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from ..errors import SkippedConfiguration
+from ..errors import SkippedConfiguration, one_line
 
 _ENGINES = ("x86", "fbgemm", "qnnpack")
 
@@ -82,9 +82,8 @@ def quantize_static_int8(model: nn.Module, calibration_batches: Iterable[torch.T
         try:
             prepared = prepare_fx(_float_copy(model), get_default_qconfig_mapping(engine), (example_input.cpu(),))
         except Exception as exc:  # torch.fx cannot trace data-dependent control flow (a user's model may have it)
-            first = str(exc).splitlines()[0] if str(exc) else ""
             raise SkippedConfiguration(f"static int8 needs a model torch.fx can trace; {type(model).__name__} cannot "
-                                       f"be traced ({type(exc).__name__}: {first})") from exc
+                                       f"be traced ({one_line(exc)})") from exc
         seen = 0
         for batch in calibration_batches:
             prepared(batch.cpu())

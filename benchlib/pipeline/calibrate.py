@@ -20,7 +20,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..env.threads import default_threads
 from ..errors import CalibrationFailed
+from ..log import ProgressFn
 from ..store.layout import ResultsLayout
 from ..store.noise_floor import (
     FLOOR_METRICS,
@@ -42,7 +43,6 @@ from ..store.noise_floor import (
 from ..store.rows import migrate
 from .progress import log
 
-ProgressFn = Callable[[str], None]
 ROW_COLUMNS = {"train_step_s": "train_step_s_median"}  # a floor metric's row column, where the names differ
 RUN_TIMEOUT_S = 900  # one calibration run; a hung device fails the calibration instead of the study waiting forever
 SECONDS_PER_RUN = 11  # what one run of the default configuration takes on a 2-core CPU: for the time announced

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import log as messages
+from ..log import ProgressFn
 
 HEARTBEAT_S = messages.PLAIN_HEARTBEAT_S  # a long task's log gains a line a minute, not one per cell
 
@@ -105,7 +106,7 @@ def relay(label: str, every_s: float = RELAY_POLL_S) -> Iterator[None]:
 
 
 @contextmanager
-def heartbeat(label: str, every_s: float = HEARTBEAT_S, say: Callable[[str], None] = log) -> Iterator[None]:
+def heartbeat(label: str, every_s: float = HEARTBEAT_S, say: ProgressFn = log) -> Iterator[None]:
     """Without a terminal, say ``label: still running after N s`` every ``every_s`` until the block ends."""
     if interactive():
         yield

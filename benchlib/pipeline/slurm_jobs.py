@@ -13,11 +13,12 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ClusterError, ConfigError
+from ..log import ProgressFn
 from .slurm import exit_path, log_path
 
 POLL_S = 3.0
@@ -101,7 +102,7 @@ def _counts_text(states: dict[str, str], total: int) -> str:
     return f"{listed or 'none queued'}; {total - len(states)} of {total} task(s) ended"
 
 
-def wait(jobs: Sequence[Job], *, say: Callable[[str], None], poll_s: float = POLL_S,
+def wait(jobs: Sequence[Job], *, say: ProgressFn, poll_s: float = POLL_S,
          progress_every_s: float = PROGRESS_EVERY_S) -> float:
     """Block until no task of ``jobs`` is queued or running; returns the seconds waited.
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..env.devices import device_name
 from ..env.manifest import driver_version, machine_name
+from ..log import ProgressFn
 from ..store.atomic import atomic_write_json
 from ..store.layout import ResultsLayout
 from .ceilings import _resolve_device, measure_ceilings_robust, measure_watched
@@ -67,7 +67,7 @@ def _save(ceilings: Ceilings, results_dir: str | Path) -> Ceilings:
 
 
 def ensure_ceilings(results_dir: str | Path, device: str | torch.device,
-                    progress: Callable[[str], None] | None = None) -> Ceilings:
+                    progress: ProgressFn | None = None) -> Ceilings:
     """This machine's ceilings for ``device`` from ``results_dir``, measured and saved when missing or stale.
 
     Cached ceilings measured while other work interfered are measured again, keeping the higher of each

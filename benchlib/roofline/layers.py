@@ -21,8 +21,6 @@ from .model import ABOVE_ROOF_TOLERANCE
 LAYER_COLUMNS = ("layer", "kind", "phase", "calls", "flops", "bytes", "intensity_flops_per_byte", "time_s",
                  "achieved_flops_per_s", "roof_flops_per_s", "roof_time_s", "roof_fraction", "bound", "share",
                  "above_roof", "cache_resident")
-# What no layer holds is shown, never placed: the loss, residual adds, waiting; it has no work counted here.
-UNPLACED_PHASE = "other"
 
 
 def median_per_step(per_step: list[pd.DataFrame]) -> pd.DataFrame:

@@ -24,7 +24,6 @@ from ..errors import InjectedFault
 
 ENV = "BENCHLIB_FAULT"
 RANK_ENV = "BENCHLIB_FAULT_RANK"
-ACTIONS = ("raise", "exit", "setup", "step")
 FAULT_AT_BATCH = 1  # the step fault: the second batch (the first step ran, DDP's buckets are built)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
 from ..instruments.layer_times import LAYER_PREFIX, layer_ranges, layer_times, phase_time_us, region_device_us
 from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
+from ..log import ProgressFn
 from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
 from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_layer_work
 from ..roofline.cache import ensure_ceilings
@@ -40,7 +41,6 @@ from ..store.atomic import atomic_write_json
 from ..store.layout import ResultsLayout
 from .profile import _cycle, _quiet_kineto
 
-ProgressFn = Callable[[str], None]
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 OVERHEAD_LIMIT = 1.15  # a profiled step more than this much slower than a plain one: its shares are doubtful
 

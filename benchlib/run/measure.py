@@ -41,6 +41,7 @@ from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
 from ..instruments.samples import Samples
 from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
+from ..log import ProgressFn
 from ..nets.flops import complexity_for_run
 from ..nets.quantize import (
     count_quantized_modules,
@@ -57,7 +58,6 @@ from .faults import maybe_failing_loader, maybe_inject_setup
 from .measurement import Inference, Measurement, Quantized, SetUp, Training
 from .outcome import failure_status
 
-ProgressFn = Callable[[str], None]
 _CALIBRATION_BATCHES = 8
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import MeasurementOutcome
+from ..errors import MeasurementOutcome, one_line
 from ..spec.settings import RunConfig
 from .columns import Row, unmeasured_row
 
@@ -13,10 +13,8 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, MeasurementOutcome) and exc.status == "skipped":
         return str(exc)
     if hasattr(exc, "ename") and hasattr(exc, "evalue"):  # papermill: the cell's exception
-        detail = f"{exc.ename}: {exc.evalue}"
-    else:
-        detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    return f"{type(exc).__name__}: {detail}"[:500]
+        return f"{type(exc).__name__}: {exc.ename}: {exc.evalue}"[:500]
+    return one_line(exc)[:500]
 
 
 def failure_status(exc: BaseException) -> str:

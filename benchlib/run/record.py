@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ from ..engine.weights import WeightsPlan, plan_weights, save_weights
 from ..env.devices import resolve_hardware
 from ..env.manifest import collect_manifest, machine_name, manifest_id
 from ..env.rank_watch import RankWatch
-from ..errors import RankFailed
+from ..errors import RankFailed, one_line
 from ..instruments.run_to_run import floor_pcts
+from ..log import ProgressFn
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..roofline.measured import Ceilings
 from ..spec.settings import RunConfig, RunSettings
@@ -40,8 +41,6 @@ from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, w
 from .columns import Row, measured_row, roof_columns, with_manifest
 from .faults import maybe_inject
 from .outcome import failure_row, failure_status
-
-ProgressFn = Callable[[str], None]
 
 
 def say(msg: str) -> None:
@@ -87,7 +86,7 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
     except Exception as exc:  # a failed configuration is data: record it and let the study go on
         row, samples, telemetry = failure_row(cfg, exc, manifest["machine"]), {}, None
         if progress:
-            progress(f"{cfg.run_id}: {row['status']}: {type(exc).__name__}: {exc}")
+            progress(f"{cfg.run_id}: {row['status']}: {one_line(exc)}")
             if row["status"] == "failed":
                 traceback.print_exc(file=sys.stderr)
     if row["status"] != "ok":  # free the failed configuration's tensors outside the except block

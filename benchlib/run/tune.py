@@ -27,6 +27,7 @@ import torch
 import yaml
 
 from ..errors import missing
+from ..log import ProgressFn
 
 try:
     import optuna
@@ -46,8 +47,6 @@ from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
 from ..store.tuning_storage import open_storage
 from .outcome import error_text, failure_status
-
-ProgressFn = Callable[[str], None]
 
 # Trials that end this way are recorded as FAIL and the study goes on; any other exception is a bug and stops it.
 TRIAL_FAILURES: tuple[type[Exception], ...] = (MeasurementOutcome, MemoryError, torch.OutOfMemoryError)

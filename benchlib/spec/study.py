@@ -6,7 +6,6 @@ hold what they should is checked by the preflight (:mod:`benchlib.run.preflight`
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, first_line
 from . import yamlfile
 from .settings import (
     SETTING_RULES,
@@ -244,7 +243,7 @@ def _papermill_text(value: Any, key: str, where: str) -> Any:
     try:
         return yaml.safe_load(value)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: {key} is the text {value!r}, not valid YAML ({str(exc).splitlines()[0]}); "
+        raise ConfigError(f"{where}: {key} is the text {value!r}, not valid YAML ({first_line(exc)}); "
                           f"allowed: {GRID_KEYS.get(key, 'a list')}, e.g. -p {key} '[8, 16]' or -y '{key}: [8, 16]'"
                           ) from exc
 
@@ -369,7 +368,7 @@ def read_study_file(path: str | Path) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: not a text file ({exc.reason}); expected UTF-8 YAML") from exc
@@ -389,5 +388,3 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     return parse_study({**raw, **overrides}, f"{path} with --set {', '.join(overrides)}")
 
 
-def replace_settings(cfg: StudyConfig, settings: RunSettings) -> StudyConfig:
-    return dataclasses.replace(cfg, settings=settings)

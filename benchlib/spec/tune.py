@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from .fields import FLOAT_TEXT, Rule, coerce, describe
+from .fields import FLOAT_TEXT, Rule, coerce
 from .settings import RunConfig, RunSettings, did_you_mean, train_samples_known
 from .vocab import OPTIMIZERS
 
@@ -196,5 +196,3 @@ def parse_tune(raw: Any, where: str) -> TuneSpec:
     return TuneSpec(parse_search_space(raw["search_space"], where), **values)
 
 
-def describe_tune_keys() -> str:
-    return ", ".join(f"{k} ({describe(r)})" for k, r in _TUNE_RULES.items())

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, first_line
 from ..store.layout import tuned_params_dir as default_tuned_dir
 from . import yamlfile
 from .fields import Rule, coerce
@@ -107,7 +107,7 @@ def _load_tuned(preset: str, where: str, tuned_dir: Path | None) -> Variant:
     try:
         raw = yamlfile.load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {first_line(exc)}") from exc
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .._version import __version__
 from ..errors import DiskFull, ResultsFileError
-from .atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_ready
+from .atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from .layout import ResultsLayout, row_key
 from .schema import (
     COLUMN_NAMES,
@@ -249,9 +249,3 @@ def write_table(results: str | Path | ResultsLayout) -> Path:
         parquet_ready(df).to_parquet(buffer, index=False)
         atomic_write_bytes(layout.results_parquet, buffer.getvalue())
     return layout.results_csv
-
-
-def json_row(row: Mapping[str, Any]) -> Row:
-    """A row with NaN as None and numpy scalars as plain numbers, ready for ``json.dumps``."""
-    ready: Row = json_ready(dict(row))
-    return ready

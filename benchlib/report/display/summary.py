@@ -25,6 +25,7 @@ from ..figures import charts, profile, style
 from ..figures import roofline as roofline_figures
 from ..figures.telemetry import telemetry_timeline
 from ..findings import caveats, key
+from ..findings.key import INTERVAL_NOTE
 from ..readback.layers import load_layer_reports
 from ..readback.manifests import manifest_table
 from ..readback.profiles import load_profiles
@@ -33,10 +34,6 @@ from ..words import fmt
 from . import show
 from .layers import layers as layers  # the notebook's "Layer by layer" section, beside the others
 
-INTERVAL_NOTE = ("the 95% bootstrap interval of the ratio of medians and a verdict (faster/slower when the "
-                 "interval excludes 1 and the change is at least 2%, else same; unknown with one sample a side). "
-                 "Intervals from one run a side cover step-to-step noise, not run-to-run drift: study `repeats: 3` "
-                 "or more to resample runs.")
 IDENTITY = ("machine", "hardware", "model", "batch_size", "variant")
 UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",
                        "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_used_bytes_max",
@@ -144,7 +141,7 @@ def speedups(df: pd.DataFrame) -> None:
     if selection.devices_count(df) < 2:
         return
     show.heading("Cross-device speedup")
-    display(Markdown(f"How much faster the row's device trains than the column's, with {INTERVAL_NOTE}"))
+    display(Markdown(f"How much faster the row's device trains than the column's. {INTERVAL_NOTE}"))
     display(show.table(comparisons.speedup_matrix(df).reset_index(), text=True))
 
 
@@ -154,7 +151,7 @@ def variants(df: pd.DataFrame) -> None:
     if table.empty:
         return
     show.heading("Optimization variants")
-    display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better), with {INTERVAL_NOTE}"))
+    display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better). {INTERVAL_NOTE}"))
     table = table[table["variant"] != table["baseline"]]
     display(show.table(_drop_empty(table[[c for c in VARIANT_COLUMNS if c in table]])))
     quant = selection.ok_rows(df)
@@ -174,7 +171,7 @@ def device_scaling(df: pd.DataFrame, figures_dir: str) -> None:
         return
     show.heading("Data-parallel scaling")
     show.figure(charts.scaling(table, "world_size", figures_dir))
-    display(Markdown(f"Speedup against one process, with {INTERVAL_NOTE}"))
+    display(Markdown(f"Speedup against one process. {INTERVAL_NOTE}"))
     display(show.table(_scaling_shown(table)))
 
 
@@ -330,7 +327,7 @@ def sweep(df: pd.DataFrame, figures_dir: str) -> None:
         table = comparisons.scaling_table(df, knob)
         if not table.empty:
             show.heading(f"Scaling with {knob}", 3)
-            display(Markdown(f"Speedup against the smallest {knob}, with {INTERVAL_NOTE}"))
+            display(Markdown(f"Speedup against the smallest {knob}. {INTERVAL_NOTE}"))
             display(show.table(_scaling_shown(table)))
             figures.append(charts.scaling(table, knob, figures_dir))
     if not sum(show.figure(fig) for fig in figures):

@@ -20,7 +20,7 @@ says which evidence its verdict rests on (``level``):
   process's state is shared and the steps are the evidence.
 
 The verdict: ``faster`` (``better``) / ``slower`` (``worse``) when the interval excludes 1, the change is
-at least the practical threshold (2%) and, where there is a test, it finds a difference (p < 0.05);
+at least the practical threshold (``PRACTICAL_THRESHOLD``) and, where there is a test, it finds a difference (p < 0.05);
 ``same`` at the runs level otherwise; ``inconclusive`` with the reason and what would settle it where one
 run a side cannot tell; ``unknown`` without data.
 """
@@ -38,13 +38,15 @@ from scipy import stats
 CONFIDENCE = 0.95
 ALPHA = 0.05
 MIN_RANK_TEST = 4  # values a side for Mann-Whitney to be able to reach p < ALPHA
-PRACTICAL_THRESHOLD = 0.02  # a change under 2% is "same", however sure
+PRACTICAL_THRESHOLD = 0.02  # a change under this is "same", however sure
 RESAMPLES = 2000
 SEED = 0
-VERDICTS = ("faster", "slower", "better", "worse", "same", "inconclusive", "unknown")
 WORSE = frozenset({"slower", "worse"})
 CLAIMS = frozenset({"faster", "slower", "better", "worse"})
-LEVELS = ("runs", "floor", "steps", "test set")
+# The verdict rule in words, for every page and command that prints a verdict: one sentence, one threshold.
+VERDICT_RULE = (f"faster/slower when the interval excludes 1 and the change is at least "
+                f"{PRACTICAL_THRESHOLD:.0%}; same within noise; inconclusive where one run a side cannot tell; "
+                "unknown with one sample a side")
 SETTLE_REPEATS = 5  # what a "repeat each side N times" hint asks for
 
 

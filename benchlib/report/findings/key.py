@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..evidence import stats
 from ..evidence.samples import SampleFiles, SampleReader
 from .caveats import failures, measured_rows, not_run, warnings
 from .claims import batch_sizes, devices, models, scaling, variants
@@ -58,8 +59,7 @@ def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
 INTERVAL_NOTE = ("Ratios: median against median with the 95% interval in brackets and, in parentheses, the evidence "
                  "the verdict rests on: runs (two or more fresh processes a side, compared run by run), floor (one "
                  "run a side, claimed only beyond this machine's measured run-to-run noise), steps (one process's "
-                 "steps). faster/slower when the interval excludes 1 and the change is at least 2%; same within "
-                 "noise; inconclusive where one run a side cannot tell; unknown with one sample a side.")
+                 f"steps). {stats.VERDICT_RULE}.")
 
 
 def as_markdown(found: Findings) -> str:

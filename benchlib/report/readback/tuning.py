@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from ...errors import missing
+from ...errors import missing, one_line
+from ...log import ProgressFn
 
 try:
     import optuna
@@ -19,8 +20,6 @@ except ImportError as _exc:
 from ...store.atomic import safe_name
 from ...store.layout import ResultsLayout
 from ...store.tuning_storage import has_studies, open_storage
-
-ProgressFn = Callable[[str], None]
 
 
 def _open_study(results_dir: str | Path, study_name: str) -> optuna.Study:
@@ -119,7 +118,7 @@ def tuning_figures(results_dir: str | Path, study_name: str, figures_dir: Path,
                 ax = draw()
             out.append(_save_axes(ax, Path(figures_dir) / f"{stem}__{kind}.png"))
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:
-            say(f"{study_name}: {kind} figure skipped: {type(exc).__name__}: {exc}")
+            say(f"{study_name}: {kind} figure skipped: {one_line(exc)}")
 
     if not complete:
         say(f"{study_name}: no complete trial yet: no figures")

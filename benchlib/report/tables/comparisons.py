@@ -13,9 +13,6 @@ import pandas as pd
 from ..evidence.samples import SampleFiles, SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, device_label, ok_rows
 
-SPEEDUP_METRICS = {"train_samples_per_s": "higher", "infer_samples_per_s": "higher", "latency_ms_p50": "lower"}
-
-
 SPEEDUP_COLUMNS = ["model", "batch_size", "device_a", "device_b", "speedup", "ci_low", "ci_high", "p_value", "verdict",
                    "level", "speedup_text"]
 
