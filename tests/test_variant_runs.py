@@ -8,7 +8,7 @@ import pytest
 
 from benchlib.cli import main
 from benchlib.report.tables.comparisons import variant_speedups
-from benchlib.run.preflight import load_study
+from benchlib.run.admission import load_study
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.spec.variants import PRESETS, apply_variant
