@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..spec.settings import RunConfig, RunSettings
 
 EXIT_FAILURES = 1
+PROFILED_STEPS = 3  # ``benchlib profile``'s recorded steps when neither --steps nor --active says
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -180,11 +181,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from ..report.display import pages
     from ..run.profile import record_profile
 
-    for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0), ("--active", args.active, 1)):
+    active = _profiled_steps(args)
+    for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0)):
         if value < low:
             raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
     cfg = _config_from_args(args)
-    result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=args.active)
+    result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=active)
     device = not result.top_by_self_device.empty or cfg.hardware.startswith("cuda")
     print(pages.breakdown(result, device=device).drop(columns="what it covers").to_string(index=False))
     print()
@@ -194,6 +196,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(pages.operators(result.top_by_self_device.head(10), device=True).to_string(index=False))
     print(f"\ntables, trace.json and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
     return 0
+
+
+def _profiled_steps(args: argparse.Namespace) -> int:
+    """The training steps the profiler records: ``--steps`` (as ``run`` and ``layers`` count steps), or
+    ``--active`` (the schedule's word for them), or the default."""
+    if args.steps is not None and args.active is not None and args.steps != args.active:
+        raise ConfigError(f"command line: --steps {args.steps} and --active {args.active}: both are the profiled "
+                          "steps; allowed: one of them, or both the same")
+    flag, steps = ("--steps", args.steps) if args.steps is not None else ("--active", args.active)
+    if steps is None:
+        return PROFILED_STEPS
+    if steps < 1:
+        raise ConfigError(f"command line: {flag} {steps}; allowed: integers >= 1")
+    return int(steps)
 
 
 def cmd_env(args: argparse.Namespace) -> int:
