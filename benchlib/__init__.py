@@ -27,7 +27,7 @@ _API: dict[str, str] = {
     "RunSettings": "benchlib.spec.settings", "RunConfig": "benchlib.spec.settings", "Knobs": "benchlib.spec.knobs",
     "StudyConfig": "benchlib.spec.study", "Variant": "benchlib.spec.variants", "PRESETS": "benchlib.spec.variants",
     "parse_variant": "benchlib.spec.variants", "parse_search_space": "benchlib.spec.tune",
-    "load_study": "benchlib.run.preflight", "settings_from_params": "benchlib.run.preflight",
+    "load_study": "benchlib.run.admission", "settings_from_params": "benchlib.run.preflight",
     "run_study": "benchlib.pipeline.study",
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
@@ -90,11 +90,12 @@ if TYPE_CHECKING:
     from .pipeline.study import run_study
     from .roofline.ceilings import measure_ceilings
     from .roofline.measured import Ceilings
+    from .run.admission import load_study
     from .run.columns import measured_row
     from .run.layers import LayerReport, measure_layers, record_layers
     from .run.measure import measure
     from .run.measurement import Measurement
-    from .run.preflight import load_study, settings_from_params
+    from .run.preflight import settings_from_params
     from .run.profile import record_profile
     from .run.record import record, run_pair
     from .run.tune import tune_pair

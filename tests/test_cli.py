@@ -139,6 +139,25 @@ def test_profile_prints_its_tables_in_human_units(capsys, tmp_path):
     assert not re.search(r"\d{5,} us|\d\.\d{5,}|e[+-]\d", out), "three significant digits, no raw microseconds"
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--steps", "5"], "active=5"), (["--active", "4"], "active=4"), ([], "active=3"),
+    (["--steps", "5", "--active", "5"], "active=5"),
+    (["--steps", "5", "--active", "3"], "--steps 5 and --active 3: both are the profiled steps"),
+    (["--steps", "0"], "--steps 0; allowed: integers >= 1"),
+])
+def test_profile_steps_are_the_steps_the_profiler_records(monkeypatch, capsys, argv, said):
+    from benchlib.errors import ConfigError
+    from benchlib.run import profile
+
+    def recorded(cfg, results_dir, *, wait, warmup, active, repeat=1):
+        raise ConfigError(f"active={active}")
+
+    monkeypatch.setattr(profile, "record_profile", recorded)
+    assert main(["profile", "--model", "resnet18", "--data", "synthetic", "--image-size", "32", *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
+
+
 def test_version_is_printed(capsys):
     from benchlib import __version__
     from benchlib.cli import main

@@ -8,7 +8,7 @@ import pytest
 
 from benchlib.cli import main
 from benchlib.errors import ConfigError
-from benchlib.run.preflight import load_study
+from benchlib.run.admission import load_study
 from benchlib.spec.settings import RunSettings, settings_from_mapping
 
 GOOD = {

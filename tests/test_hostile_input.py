@@ -322,7 +322,7 @@ def test_a_hand_edited_row_is_listed_with_its_reason_never_drawn(tmp_path, earli
 # ---------------------------------------------------------------- 7. duplicates and allocation failures
 
 def test_auto_is_resolved_before_the_grid_and_duplicates_dropped(tmp_path, capsys):
-    from benchlib.run.preflight import load_study
+    from benchlib.run.admission import load_study
 
     path = tmp_path / "p.yaml"
     path.write_text(BASE.replace("hardware: [cpu]", "hardware: [auto, cpu]"))

@@ -109,7 +109,7 @@ def test_failure_is_recorded_not_raised(tmp_path, tiny_settings, monkeypatch):
 @pytest.mark.slow
 def test_default_study_points_lie_under_their_roofs(tmp_path):
     """The default study's configurations (fewer steps) against this machine's measured ceilings."""
-    from benchlib.run.preflight import load_study
+    from benchlib.run.admission import load_study
 
     cfg = load_study("params/default.yaml")
     settings = dataclasses.replace(cfg.settings, train_steps=8, latency_repeats=10, latency_budget_s=0)

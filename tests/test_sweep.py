@@ -7,7 +7,7 @@ import pytest
 from benchlib.pipeline.study import summarize
 from benchlib.report.tables.comparisons import scaling_table
 from benchlib.report.tables.summaries import sweep_summary
-from benchlib.run.preflight import load_study
+from benchlib.run.admission import load_study
 from benchlib.run.record import run_pair
 from benchlib.spec.settings import RunSettings
 from benchlib.spec.study import doubling_range

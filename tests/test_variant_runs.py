@@ -8,7 +8,7 @@ import pytest
 
 from benchlib.cli import main
 from benchlib.report.tables.comparisons import variant_speedups
-from benchlib.run.preflight import load_study
+from benchlib.run.admission import load_study
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
 from benchlib.spec.variants import PRESETS, apply_variant
@@ -107,11 +107,13 @@ def test_tuned_variant_reads_the_exported_file(tmp_path):
 
 
 def test_run_variant_flag(capsys, tmp_path):
+    """One configuration its device cannot run is refused before any work (a grid records it as skipped)."""
     code = main(["run", "--model", "squeezenet1_1", "--batch-size", "8", "--steps", "1", "--variant", "gpu-amp",
                  "--set", "train_subset=64", "--results-dir", str(tmp_path), "--json"])
-    assert code == 1  # skipped is not ok
-    row = json.loads(capsys.readouterr().out)
-    assert row["status"] == "skipped" and row["variant"] == "gpu-amp"
+    out = capsys.readouterr()
+    assert code == 2 and out.out == "" and out.err.count("\n") == 1, out.err
+    assert "--variant gpu-amp: fp16 autocast training is not supported on CPU; allowed: precision fp32" in out.err
+    assert not any(tmp_path.iterdir()), "no row"
     assert main(["run", "--model", "squeezenet1_1", "--variant", "cpu-turbo"]) == 2
     assert "cpu-turbo" in capsys.readouterr().err
 

@@ -1,9 +1,10 @@
 """The ``benchlib`` command: its entry point, and how an error reaches the user.
 
 Bad input gets one line on stderr naming the problem and what is allowed, exit code 2, and no
-traceback unless ``--debug``. The commands live in ``studies`` (params files run through the
-notebooks), ``single`` (one configuration, one model, one machine) and ``results`` (folders read back);
-``parser`` declares their options.
+traceback unless ``--debug``; so does a single configuration that ended without a measurement and without
+a row to record it (a ``MeasurementOutcome`` out of ``run --no-save``, ``profile`` or ``layers``). The
+commands live in ``studies`` (params files run through the notebooks), ``single`` (one configuration, one
+model, one machine) and ``results`` (folders read back); ``parser`` declares their options.
 """
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ import warnings
 from collections.abc import Sequence
 
 from .. import log as messages
-from ..errors import BenchlibError
+from ..errors import BenchlibError, MeasurementOutcome
 from .parser import build_parser
 
 __all__ = ["build_parser", "entry", "main"]
 
+# A command about one configuration whose configuration ended without a measurement (skipped, unstable...) and
+# had no row to record it in: the same exit as input refused, one line, as admission would have said it.
+EXIT_NO_MEASUREMENT = 2
 _ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.ENAMETOOLONG)
 
 
@@ -55,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"benchlib: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except MeasurementOutcome as exc:  # a single configuration that admission let through and that then ended
+        if args.debug:
+            raise
+        print(f"benchlib: error: {exc.status}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_NO_MEASUREMENT
     except KeyboardInterrupt:
         print("benchlib: interrupted", file=sys.stderr)
         return 130

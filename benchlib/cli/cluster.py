@@ -87,7 +87,7 @@ def _judge(jobs: Sequence[Job], again: Callable[[list[int]], str]) -> int:
 
 def cmd_slurm(args: argparse.Namespace) -> int:
     from ..pipeline import slurm, slurm_jobs
-    from ..run.preflight import load_study
+    from ..run.admission import load_study
 
     cfg = load_study(args.params, check_devices=False)  # the cluster's nodes have the devices, not this one
     place = _place(args)

@@ -16,7 +16,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
     from ..report.tables.layers import lost_time
     from ..run.layers import record_layers
 
-    cfg = _config_from_args(args)
+    cfg = _config_from_args(args, train_steps=args.steps)
     progress = Progress()
     report, path = record_layers(cfg, Path(args.results_dir), steps=args.steps, block=args.block,
                                  progress=progress.line)

@@ -174,7 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--wait", type=int, default=1, metavar="N", help="profiler schedule: steps skipped")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="profiler schedule: steps traced and discarded")
-    p.add_argument("--active", type=int, default=3, metavar="N", help="profiler schedule: steps recorded, >= 1")
+    p.add_argument("--steps", type=int, metavar="N",
+                   help="training steps profiled: recorded in the tables, the trace and TensorBoard's logs, after "
+                   "--wait and --warmup (the schedule's active steps, so the same as --active; default 3)")
+    p.add_argument("--active", type=int, metavar="N", help="profiler schedule: steps recorded, >= 1 (default 3)")
     p.add_argument("--results-dir", default="results/adhoc", help="profiles go to RESULTS_DIR/profiles/")
     p.set_defaults(func=_command("single", "cmd_profile"))
 

@@ -20,9 +20,11 @@ from .jsonout import finite, nan_to_none
 from .progress import Progress
 
 if TYPE_CHECKING:
-    from ..spec.settings import RunConfig
+    from ..run.admission import Names
+    from ..spec.settings import RunConfig, RunSettings
 
 EXIT_FAILURES = 1
+PROFILED_STEPS = 3  # ``benchlib profile``'s recorded steps when neither --steps nor --active says
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -39,13 +41,13 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _config_from_args(args: argparse.Namespace) -> RunConfig:
-    """One validated configuration from ``run``/``profile`` arguments (threads applied)."""
-    from ..env.devices import resolve_hardware
+def _config_from_args(args: argparse.Namespace, *, train_steps: int | None = None, processes: int = 1) -> RunConfig:
+    """One configuration from ``run``/``profile``/``layers`` arguments, admitted here before any work (threads
+    applied). ``processes`` > 1: the data-parallel processes about to be launched (each admits it again)."""
     from ..env.distributed import launched_world_size
     from ..env.threads import apply_threads
-    from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
-    from ..spec.settings import RunConfig, check_batch_sizes, settings_from_mapping
+    from ..run.admission import admit
+    from ..spec.settings import RunConfig, settings_from_mapping
     from ..spec.variants import apply_variant, parse_variant
     from ..spec.vocab import MODEL_FORMS, model_problem
 
@@ -53,25 +55,36 @@ def _config_from_args(args: argparse.Namespace) -> RunConfig:
     for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
-    if getattr(args, "steps", None) is not None:
-        values["train_steps"] = args.steps
+    if train_steps is not None:
+        values["train_steps"] = train_steps
     values.update(parse_set(args.set))
     settings = settings_from_mapping(values, "command line")
-    if getattr(args, "variant", None):
+    if args.variant:
         settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))
     if model_problem(args.model):
         raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {MODEL_FORMS}")
     if args.batch_size < 1:
         raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
-    check_batch_sizes([args.batch_size], settings, "command line")
-    check_hardware([args.device], "command line", key="--device")
-    check_gpus([resolve_hardware(args.device)], [settings], "command line", key="--device")
-    check_settings(settings, [args.model], "command line")
-    cfg = RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=launched_world_size())
-    check_gpu_memory([dataclasses.replace(cfg, hardware=resolve_hardware(args.device))], "command line",
-                     world_size=cfg.world_size, key="--batch-size")
-    apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
-    return cfg
+    world_size = processes if processes > 1 else launched_world_size()
+    cfg = RunConfig(args.study, args.device, args.model, args.batch_size, settings, world_size=world_size)
+    (admitted,) = admit([cfg], _names(args, settings), single=True, processes=processes).configs
+    if processes == 1:
+        apply_threads(settings.knobs.threads, settings.knobs.interop_threads)
+    return admitted
+
+
+def _names(args: argparse.Namespace, settings: RunSettings) -> Names:
+    """The command line's names for what a refusal points at: ``--device``, ``--batch-size``, and for a knob
+    the ``--set`` that gave it its value, else the ``--variant``."""
+    from ..run.admission import Names
+    from ..spec.knobs import Knobs
+
+    knobs = {f.name for f in dataclasses.fields(Knobs)}
+    given = {key: f"--set {item}" for item in args.set if (key := item.partition("=")[0].strip()) in knobs}
+    chosen = parse_set(args.set)
+    return Names("command line", hardware="--device", batch_sizes="--batch-size",
+                 knobs={k: text for k, text in given.items() if settings.get(k) == chosen[k]},
+                 variant=f"--variant {args.variant}" if args.variant else None)
 
 
 def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
@@ -85,11 +98,9 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..env.devices import resolve_hardware
     from ..env.distributed import launched_by_torchrun
     from ..run.columns import measured_row
     from ..run.measure import measure
-    from ..run.preflight import check_gpus, check_hardware
     from ..run.record import record
 
     if args.nproc_per_node < 1:
@@ -99,10 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "allowed: cuda (each process takes cuda:LOCAL_RANK; CUDA_VISIBLE_DEVICES picks the GPUs) "
                           "or cpu")
     if args.nproc_per_node > 1 and not launched_by_torchrun():
-        check_hardware([args.device], "command line", key="--device")
-        check_gpus([resolve_hardware(args.device)], [], "command line", processes=args.nproc_per_node, key="--device")
+        _config_from_args(args, train_steps=args.steps, processes=args.nproc_per_node)  # refused before launch
         return _relaunch_with_torchrun(args.nproc_per_node, args.argv)
-    cfg = _config_from_args(args)
+    cfg = _config_from_args(args, train_steps=args.steps)
     progress = Progress()
     progress.line(f"{cfg.run_id}: {cfg.model} on {cfg.hardware}, batch {cfg.batch_size}")
     try:
@@ -172,11 +182,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from ..report.display import pages
     from ..run.profile import record_profile
 
-    cfg = _config_from_args(args)
-    for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0), ("--active", args.active, 1)):
+    active = _profiled_steps(args)
+    for flag, value, low in (("--wait", args.wait, 0), ("--warmup", args.warmup, 0)):
         if value < low:
             raise ConfigError(f"command line: {flag} {value}; allowed: integers >= {low}")
-    result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=args.active)
+    cfg = _config_from_args(args)
+    result, out = record_profile(cfg, Path(args.results_dir), wait=args.wait, warmup=args.warmup, active=active)
     device = not result.top_by_self_device.empty or cfg.hardware.startswith("cuda")
     print(pages.breakdown(result, device=device).drop(columns="what it covers").to_string(index=False))
     print()
@@ -186,6 +197,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(pages.operators(result.top_by_self_device.head(10), device=True).to_string(index=False))
     print(f"\ntables, trace.json and TensorBoard logs: {out}  (tensorboard --logdir {result.tensorboard_dir})")
     return 0
+
+
+def _profiled_steps(args: argparse.Namespace) -> int:
+    """The training steps the profiler records: ``--steps`` (as ``run`` and ``layers`` count steps), or
+    ``--active`` (the schedule's word for them), or the default."""
+    if args.steps is not None and args.active is not None and args.steps != args.active:
+        raise ConfigError(f"command line: --steps {args.steps} and --active {args.active}: both are the profiled "
+                          "steps; allowed: one of them, or both the same")
+    flag, steps = ("--steps", args.steps) if args.steps is not None else ("--active", args.active)
+    if steps is None:
+        return PROFILED_STEPS
+    if steps < 1:
+        raise ConfigError(f"command line: {flag} {steps}; allowed: integers >= 1")
+    return int(steps)
 
 
 def cmd_env(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     read_study_file(args.params)  # a missing or unreadable file is refused before torch and papermill load
     from ..pipeline.study import run_study
-    from ..run.preflight import load_study
+    from ..run.admission import load_study
 
     cfg = with_repeats(load_study(args.params, overrides=overrides(args)), getattr(args, "repeats", None))
     if args.cell_timeout < 1:
@@ -53,7 +53,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """A study whose grid sweeps batch sizes (list or doubling range), threads or workers, then its analysis."""
     from ..pipeline.study import summarize
-    from ..run.preflight import load_study
+    from ..run.admission import load_study
 
     code = cmd_study(args)
 
@@ -66,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
-    from ..run.preflight import load_study
+    from ..run.admission import load_study
 
     cfg = load_study(args.params, overrides=overrides(args))
     if len(cfg.variants) < 2:
@@ -79,7 +79,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Tune here (one process per pair, through the notebook), or with N workers on SLURM (``--slurm N`` or the
     file's ``tune.workers``); ``--worker`` and ``--finish`` are what those SLURM tasks run."""
     from ..pipeline.tuning import run_tuning, run_worker, tune_spec
-    from ..run.preflight import load_study
+    from ..run.admission import load_study
 
     if args.cell_timeout < 1:
         raise ConfigError(f"command line: --cell-timeout {args.cell_timeout}; allowed: seconds >= 1")

@@ -23,7 +23,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from ..env.devices import bf16_supported
+from ..env.devices import bf16_supported, cpu_model_name
 from ..env.gpu import compile_problem, gpu_facts
 from ..env.threads import choose_threads
 from ..spec.knobs import Knobs
@@ -51,7 +51,7 @@ def _precision_reason(v: Knobs, device: str, training: bool) -> str | None:
             return "fp16 autocast training on MPS is not measured (benchlib's GradScaler runs on CUDA only); use fp32"
     if v.precision == "amp_bf16":
         if device_type == "cpu" and not bf16_supported("cpu"):
-            return "this CPU has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32"
+            return f"this CPU ({cpu_model_name()}) has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32"
         if device_type == "cuda" and not bf16_supported(device):
             return f"{device} has no native bf16 (needs compute capability 8.0+); use amp_fp16"
         if device_type == "mps" and not bf16_supported("mps"):

@@ -1,6 +1,7 @@
 """One code path for cpu, cuda, cuda:N and mps: resolving, checking and synchronizing devices."""
 from __future__ import annotations
 
+import os
 import platform
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -8,7 +9,7 @@ from types import ModuleType
 
 import torch
 
-from ..errors import DeviceNotPresentError
+from ..errors import ConfigError, DeviceNotPresentError
 from ..spec.vocab import HARDWARE_CHOICES, cuda_index, is_valid_hardware_name
 from .gpu import TF32_BF16_CAPABILITY
 
@@ -96,8 +97,23 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# ``off`` makes this CPU answer that it has no bf16 kernels, ``on`` that it has; unset, oneDNN answers.
+CPU_BF16_ENV = "BENCHLIB_CPU_BF16"
+_CPU_BF16_FORCED = {"off": False, "on": True}
+
+
 def _cpu_bf16_supported() -> bool:
-    """oneDNN's own check for native bf16 kernels; True when torch cannot tell (run it rather than refuse)."""
+    """oneDNN's own check for native bf16 kernels; True when torch cannot tell (run it rather than refuse).
+
+    ``BENCHLIB_CPU_BF16=off`` answers False whatever oneDNN says (``on``: True): on a CPU that has bf16
+    kernels it shows what a user of one without them sees (bf16 variants skipped, ``--set precision=amp_bf16``
+    refused, no bf16 ceiling), in this process and every process it starts, so a test can drive it too.
+    """
+    forced = os.environ.get(CPU_BF16_ENV, "").strip().lower()
+    if forced:
+        if forced not in _CPU_BF16_FORCED:
+            raise ConfigError(f"environment: {CPU_BF16_ENV}={forced}; allowed: off, on, or unset (oneDNN's answer)")
+        return _CPU_BF16_FORCED[forced]
     check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
     try:
         return bool(check()) if check is not None else True

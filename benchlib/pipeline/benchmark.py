@@ -10,6 +10,7 @@ as a DataFrame with the results schema's columns.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +18,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..data.user_data import register_data, set_classes, user_data, user_facts
+from ..data.user_data import register_data, set_classes, user_data
 from ..engine.setup import num_classes as data_classes
-from ..env.devices import resolve_hardware
 from ..errors import ConfigError
 from ..nets.models import build_model
 from ..nets.user_models import ModelSource, is_registered, register_model
 from ..report.display.glance import BenchmarkResults, save_figure
-from ..run.preflight import check_gpu_memory, check_gpus, check_hardware, check_settings
+from ..run import admission
 from ..run.record import ProgressFn, pair_configs, run_pair, say
-from ..spec.settings import RunSettings, check_batch_sizes, settings_from_mapping
+from ..spec.settings import RunSettings, settings_from_mapping
 from ..spec.variants import Variant, parse_variant
-from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, is_python_data, model_problem
+from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, model_problem
 from ..store.layout import ResultsLayout
 from ..store.rows import read_results
 
@@ -36,6 +36,8 @@ DEFAULT_IMAGE_SIZE_PX = 224  # what ImageNet-style networks are built for, when 
 DEFAULT_STEPS = 20
 DEFAULT_BATCH_SIZES = (32,)
 PROBE_CLASSES = 10  # the class count a factory that takes num_classes is probed with
+# A data set's name, or a user's own Dataset or DataLoader, or a (train, test) pair of them.
+DataArgument = str | Dataset[Any] | DataLoader[Any] | tuple[Any, Any]
 
 
 def model_reference(model: ModelSource | str, name: str | None = None) -> str:
@@ -102,10 +104,22 @@ def _python_data(data: Any, data_name: str | None, model: str, image_size: int |
     return ref, entry.image_size, batch_sizes or ([entry.batch_size] if entry.batch_size else None)
 
 
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """One ``benchmark`` call's configurations, admitted on this machine: what :func:`run_benchmark` measures."""
+
+    study: str
+    device: str
+    model: str
+    batch_sizes: tuple[int, ...]
+    settings: RunSettings
+    variants: tuple[Variant, ...]
+
+
 def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: str = "auto",
               batch_sizes: Sequence[int] | None = None, image_size: int | None = None, num_classes: int | None = None,
               variants: Sequence[str | Mapping[str, Any] | Variant] = (), steps: int = DEFAULT_STEPS,
-              data: str | Dataset[Any] | DataLoader[Any] | tuple[Any, Any] = "synthetic",
+              data: DataArgument = "synthetic",
               data_path: str | None = None, data_name: str | None = None, results_dir: str | Path = "results/adhoc",
               study: str = "adhoc", settings: Mapping[str, Any] | None = None, resume: bool = False,
               progress: ProgressFn | None = say) -> BenchmarkResults:
@@ -119,11 +133,25 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
     class), whose image size it takes and whose class count is ``num_classes``, else the one it states, else
     the model's output width (``data/user_data.py``). ``resume`` keeps rows a
     previous call recorded with the same settings (off by default: a model defined in a notebook may have
-    changed under the same name).
+    changed under the same name). A variant ``hardware`` cannot run is recorded as a ``skipped`` row with
+    the reason (and a warning says so first).
     """
+    plan = plan_benchmark(model, name=name, hardware=hardware, batch_sizes=batch_sizes, image_size=image_size,
+                          num_classes=num_classes, variants=variants, steps=steps, data=data, data_path=data_path,
+                          data_name=data_name, study=study, settings=settings)
+    return run_benchmark(plan, results_dir, resume=resume, progress=progress)
+
+
+def plan_benchmark(model: ModelSource | str, *, name: str | None = None, hardware: str = "auto",
+                   batch_sizes: Sequence[int] | None = None, image_size: int | None = None,
+                   num_classes: int | None = None, variants: Sequence[str | Mapping[str, Any] | Variant] = (),
+                   steps: int = DEFAULT_STEPS, data: DataArgument = "synthetic", data_path: str | None = None,
+                   data_name: str | None = None, study: str = "adhoc",
+                   settings: Mapping[str, Any] | None = None) -> BenchmarkPlan:
+    """What :func:`benchmark` would measure, admitted here (``run/admission.py``) before any of it runs: a bad
+    argument is one ConfigError naming it (``hardware``, ``batch_sizes``, a key of ``settings``)."""
     ref = model_reference(model, name)
     chosen = [v if isinstance(v, Variant) else parse_variant(v, "benchmark: variants") for v in variants]
-    device = resolve_hardware(hardware)
     flat: dict[str, Any] = {"train_steps": steps, **(settings or {})}
     if data_path is not None:
         flat["data_path"] = data_path
@@ -137,22 +165,21 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
         flat.setdefault("synthetic_classes", num_classes or probe_classes(ref, size))
         flat.setdefault("synthetic_samples", max(256, 4 * max(batch_sizes, default=1)))
     run_settings: RunSettings = settings_from_mapping(flat, "benchmark")
-    check_settings(run_settings, [ref], "benchmark")  # the data set first: its class count is read from it
-    if data != "synthetic":
+    configs = pair_configs(study, hardware, ref, batch_sizes, run_settings, variants=chosen)
+    admitted = admission.admit(configs, admission.Names("benchmark", hardware="hardware"), settings=run_settings)
+    if data != "synthetic":  # the data set is admitted: its class count can be read
         wanted = data_classes(run_settings)
         if (got := probe_classes(ref, size, wanted)) != wanted:
             raise ConfigError(f"model '{ref}' returns {got} logits; data set '{data}' has {wanted} classes; allowed: "
                               "a model with as many outputs, or a factory taking num_classes")
-    check_batch_sizes(batch_sizes, run_settings, "benchmark")
-    if is_python_data(data) and max(batch_sizes) > (n_train := user_facts(data)[0]):
-        raise ConfigError(f"benchmark: key 'batch_sizes' has {max(batch_sizes)}, larger than the {n_train} training "
-                          f"samples of '{data}'; allowed: 1..{n_train}")
-    check_hardware([device], "benchmark", key="hardware")
-    check_gpus([device], [run_settings], "benchmark", key="hardware")
-    configs = pair_configs(study, device, ref, batch_sizes, run_settings, variants=chosen)
-    check_gpu_memory(configs, "benchmark")
-    rows = run_pair(study, device, ref, batch_sizes, run_settings, results_dir, variants=chosen, resume=resume,
-                    progress=progress)
+    return BenchmarkPlan(study, admitted.hardware[hardware], ref, tuple(batch_sizes), run_settings, tuple(chosen))
+
+
+def run_benchmark(plan: BenchmarkPlan, results_dir: str | Path = "results/adhoc", *, resume: bool = False,
+                  progress: ProgressFn | None = say) -> BenchmarkResults:
+    """Measure and record a plan's configurations; the rows come back as a DataFrame (see :func:`benchmark`)."""
+    rows = run_pair(plan.study, plan.device, plan.model, list(plan.batch_sizes), plan.settings, results_dir,
+                    variants=list(plan.variants), resume=resume, progress=progress)
     ids = {str(r["run_id"]) for r in rows}
     frame = read_results([results_dir])
     mine = frame[frame["run_id"].isin(ids)].reset_index(drop=True)

@@ -21,8 +21,9 @@ from ..nets.user_models import ModelSource
 from ..report.evidence.diff import DEFAULT_METRICS
 from ..report.evidence.samples import METRICS, SampleFiles, compare_rows
 from ..report.evidence.selection import column_median
-from .benchmark import benchmark, model_reference
+from .benchmark import model_reference, plan_benchmark, run_benchmark
 
+RUN_ARGUMENTS = ("resume", "progress")  # benchmark()'s arguments about measuring, not about what is measured
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
            "ci_low", "ci_high", "verdict", "level", "note")
 
@@ -33,7 +34,7 @@ def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants
     """Several models (the first is the baseline), or one model under several ``variants`` (the first is the
     baseline), each measured by ``benchmark`` with ``benchmark_args``; one row per side, hardware, batch size
     and metric: ``ratio`` > 1 means the side is better than the baseline (a metric neither side measured, such
-    as CUDA memory on a CPU, is left out)."""
+    as CUDA memory on a CPU, is left out). Every side is admitted before the first is measured."""
     listed: list[ModelSource | str] = list(models) if isinstance(models, (list, tuple)) else [models]  # type: ignore[list-item]
     if bad := [m for m in metrics if m not in METRICS]:
         raise ConfigError(f"compare: metrics {', '.join(bad)}; allowed: {', '.join(METRICS)}")
@@ -47,7 +48,9 @@ def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants
     for i, m in enumerate(listed):  # two modules of one class get two names, not one registration
         ref = model_reference(m)
         refs.append(ref if ref not in refs else model_reference(m, f"{ref}-{i + 1}"))
-    frames = [benchmark(ref, variants=variants, results_dir=results_dir, **benchmark_args) for ref in refs]
+    run_args = {k: benchmark_args.pop(k) for k in RUN_ARGUMENTS if k in benchmark_args}
+    plans = [plan_benchmark(ref, variants=variants, **benchmark_args) for ref in refs]  # every side admitted first
+    frames = [run_benchmark(plan, results_dir, **run_args) for plan in plans]
     rows = pd.concat(frames, ignore_index=True)
     by = "model" if len(refs) > 1 else "variant"
     return judged(rows, by, refs[0] if by == "model" else str(rows["variant"].iloc[0]), metrics)

@@ -4,11 +4,12 @@ The spec layer validates what a study asks for without touching the machine; thi
 machine and the files: devices present, thread and worker counts the CPUs can carry, data folders in their
 layout with enough images and at least two classes, pretrained weights that load and fit, and an image size
 each network can take. Every problem is one line (ConfigError, exit 2) naming the file or flag, the key
-and what is allowed, before any configuration runs.
+and what is allowed, before any configuration runs. Which checks apply to a request, and in what order, is
+``run/admission.py``'s to decide: every entry point (the command line, ``benchmark()``, a study file) goes
+through it; the notebook's parameters cell (:func:`settings_from_params`) checks its settings here.
 """
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -28,9 +29,6 @@ from ..nets.models import build_model, check_weights_file, smallest_image_size
 from ..nets.user_models import generation
 from ..roofline.ceilings import DEFAULT_COPY_BYTES
 from ..spec.settings import RunConfig, RunSettings, setting_names, settings_from_mapping
-from ..spec.study import StudyConfig
-from ..spec.study import load_study as parse_study_file
-from ..spec.variants import apply_variant
 from ..spec.vocab import DATASETS_NEEDING_PATH, MODELS, is_python_data
 from .columns import ACTIVATION_DTYPES
 
@@ -39,13 +37,16 @@ from .columns import ACTIVATION_DTYPES
 OVERSUBSCRIPTION = 2
 
 
-def check_hardware(hardware: Sequence[str], where: str, key: str = "key 'hardware'") -> None:
-    """Every hardware name is present on this machine."""
-    for h in hardware:
+def check_hardware(hardware: Sequence[str], where: str, key: str = "key 'hardware'") -> dict[str, str]:
+    """Every hardware name is present on this machine; returns each name -> the device it is (``auto``: the
+    one it picks here)."""
+    present: dict[str, str] = {}
+    for h in dict.fromkeys(hardware):
         try:
-            resolve_hardware(h)
+            present[h] = resolve_hardware(h)
         except BenchlibError as exc:
             raise ConfigError(f"{where}: {key}: {exc}") from exc
+    return present
 
 
 def resolved_hardware(hardware: Sequence[str], where: str) -> tuple[str, ...]:
@@ -214,31 +215,6 @@ def check_settings(s: RunSettings, models: Sequence[str], where: str,
     check_data(s, where)
     for model in models:
         check_model(model, s, where)
-
-
-def check_study(cfg: StudyConfig, *, check_devices: bool = True) -> None:
-    """Everything the study asks of this machine and its files, for its settings and each variant's."""
-    if check_devices:
-        check_hardware(cfg.hardware, cfg.source)
-        check_gpus(cfg.hardware, [cfg.settings], cfg.source)
-    check_settings(cfg.settings, cfg.models, cfg.source, dict(cfg.sweep))
-    for v in cfg.variants:
-        check_machine(apply_variant(cfg.settings, v), f"{cfg.source}: variant '{v.name}'")
-    if check_devices:
-        check_gpu_memory(cfg.all_configs(), cfg.source)
-
-
-def load_study(path: str | Path, *, check_devices: bool = True,
-               overrides: Mapping[str, Any] | None = None) -> StudyConfig:
-    """Read and validate a study file (its keys replaced by ``overrides``), then check that it can run here.
-
-    ``check_devices=False`` skips the device check: a SLURM job is written here for nodes that have them.
-    """
-    cfg = parse_study_file(path, overrides)
-    if check_devices:
-        cfg = dataclasses.replace(cfg, hardware=resolved_hardware(cfg.hardware, cfg.source))
-    check_study(cfg, check_devices=check_devices)
-    return cfg
 
 
 def settings_from_params(namespace: Mapping[str, Any], where: str = "notebook parameters") -> RunSettings:
