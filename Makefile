@@ -30,7 +30,7 @@ report: install
 
 # The report opened in headless Chromium: each page checked, a PNG of each under reports/screenshots/.
 screenshots: install
-	$(PY) -m benchlib.pipeline.browser reports --screenshots reports/screenshots
+	$(VENV)/bin/benchlib check-pages reports --screenshots reports/screenshots
 
 test: install lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -33,7 +33,7 @@ _API: dict[str, str] = {
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
     "page_line": "benchlib.log",
     # one call on any model
-    "benchmark": "benchlib.pipeline.benchmark", "compare": "benchlib.pipeline.compare",
+    "benchmark": "benchlib.pipeline.own_model", "compare": "benchlib.pipeline.compare",
     "register_model": "benchlib.nets.user_models",
     # measure and record
     "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measurement",
@@ -85,8 +85,8 @@ if TYPE_CHECKING:
     from .env.threads import apply_threads
     from .log import page_line
     from .nets.user_models import register_model
-    from .pipeline.benchmark import benchmark
     from .pipeline.compare import compare
+    from .pipeline.own_model import benchmark
     from .pipeline.study import run_study
     from .roofline.ceilings import measure_ceilings
     from .roofline.measured import Ceilings

@@ -13,7 +13,7 @@ RANDOM=${SEED:-1}
 BL=.venv/bin/benchlib
 PY=.venv/bin/python
 WORK=$(mktemp -d /tmp/benchlib-drill.XXXXXX)
-STUDY=$($PY -c "from benchlib.spec.study import load_study; print(load_study('$PARAMS').study)")
+STUDY=$($PY -c "from benchlib.spec.study import study_from_file; print(study_from_file('$PARAMS').study)")
 echo "[drill] study '$STUDY' from $PARAMS, $KILLS kills, work folder $WORK"
 
 t0=$(date +%s)

@@ -294,6 +294,25 @@ def test_the_one_author_rule_sees_a_column_written_elsewhere(source):
     assert _column_writes(ast.parse(source), columns, measured), source
 
 
+# Small things with one home: spelled again elsewhere, two spellings drift apart (the summary's note on ratios
+# once said "else same" where the key findings said "inconclusive").
+ONE_HOME = {
+    "the first line of an exception": (r"splitlines\(\)\[0\]|for \w+ in str\(\w+\)\.splitlines\(\)", "errors.py"),
+    "the progress callback type": (r"Callable\[\[str\], None\]", "log.py"),
+    "the note on how ratios are judged": (r"^INTERVAL_NOTE = ", "report/findings/key.py"),
+    "the practical threshold": (r"PRACTICAL_THRESHOLD = |[^\d.]2 ?%", "report/evidence/stats.py"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(ONE_HOME))
+def test_small_things_have_one_home(what):
+    pattern, home = ONE_HOME[what]
+    found = [f"{path.relative_to(PACKAGE)}:{i}" for path in sorted(PACKAGE.rglob("*.py"))
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(pattern, line) and not line.lstrip().startswith("#")]
+    assert found and all(f.startswith(f"{home}:") for f in found), f"{what}: {found} (its home: {home})"
+
+
 def test_docs_architecture_names_every_module_under_its_package():
     """docs/architecture.md lists every module under its package's heading, and no module that is gone."""
     text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchlib.pipeline.browser import check_report, find_chromium
+from benchlib.pipeline.page_check import check_report, find_chromium
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(find_chromium() is None, reason="no chromium on this machine (apt install chromium)")]
@@ -49,3 +49,12 @@ def test_the_summary_headline_fits_the_window_and_no_cell_shows_none(checks):
     assert summary.facts["marker"], "the summary has no headline section (id='headline')"
     assert summary.facts["headline_widths"], "no table in the headline section"
     assert summary.problems == []
+
+
+def test_check_pages_checks_the_published_report_from_the_command_line(quickstart_run, tmp_path, capsys):
+    from benchlib.cli import main
+
+    code = main(["check-pages", str(quickstart_run.reports), "--screenshots", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "tiny/summary.html: ok - benchlib study: tiny" in out and len(list(tmp_path.glob("*.png"))) == len(PAGES)

@@ -27,6 +27,35 @@ def test_run_json_prints_one_row(capsys, tmp_path):
     assert len(list((tmp_path / "rows").glob("*.json"))) == 1
 
 
+def test_run_json_holds_an_infinite_figure_as_null(capsys, monkeypatch):
+    """A row may hold an infinity (a ratio over a zero-length window): --json prints null, as the row file does.
+    The earlier spelling checked for NaN only, then dumped with allow_nan=False, and raised after the row was
+    written."""
+    from benchlib.run import columns
+
+    real = columns.measured_row
+    monkeypatch.setattr(columns, "measured_row", lambda m: {**real(m), "infer_samples_per_s": float("inf")})
+    code = main(["run", "--model", "squeezenet1_1", "--data", "synthetic", "--device", "cpu", "--batch-size", "8",
+                 "--image-size", "32", "--steps", "2", "--set", "warmup_steps=1", "--set", "latency_repeats=3",
+                 "--set", "latency_budget_s=0", "--set", "infer_warmup_batches=1", "--no-save", "--json"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(out) == 1
+    assert json.loads(out[0])["infer_samples_per_s"] is None
+
+
+def test_commands_print_json_one_way():
+    """Every --json goes through store.atomic.json_text (NaN and infinities as null, numpy scalars as numbers)."""
+    import pathlib
+    import re
+
+    import benchlib
+
+    root = pathlib.Path(benchlib.__file__).parent
+    printed = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py")
+               for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"print\(json\.dumps", line)]
+    assert not printed, printed
+
+
 def test_env_json(capsys):
     assert main(["env", "--json"]) == 0
     manifest = json.loads(capsys.readouterr().out)
@@ -177,3 +206,9 @@ def test_the_parser_answers_help_and_version_without_importing_torch():
             "print(args.func.__name__, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["cmd_run", "False"], out.stdout + out.stderr
+
+
+def test_check_pages_refuses_a_folder_without_a_report_in_one_line(capsys, tmp_path):
+    assert main(["check-pages", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "index.html does not exist" in err[0] and "allowed:" in err[0], err

@@ -224,14 +224,14 @@ def test_bad_notebook_parameters_are_one_line(batch_sizes, sweep, variants, word
 def test_study_set_replaces_keys_of_the_file_and_is_checked_as_they_are(tmp_path, capsys):
     import yaml
 
-    from benchlib.spec.study import load_study as parse_study_file
+    from benchlib.spec.study import study_from_file
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8],
                                     "train_steps": 4}))
-    cfg = parse_study_file(path, {"train_steps": 2, "models": ["squeezenet1_1", "resnet18"]})
+    cfg = study_from_file(path, {"train_steps": 2, "models": ["squeezenet1_1", "resnet18"]})
     assert cfg.settings.train_steps == 2 and cfg.models == ("squeezenet1_1", "resnet18")
-    assert parse_study_file(path).settings.train_steps == 4, "the file itself is unchanged"
+    assert study_from_file(path).settings.train_steps == 4, "the file itself is unchanged"
     assert main(["study", str(path), "--set", "train_steps=-1", "--results-root", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"benchlib: error: {path} with --set train_steps: key 'train_steps'") and err.count("\n") == 1

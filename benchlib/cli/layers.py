@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from ..store.atomic import json_text
 from .progress import Progress
 from .single import _config_from_args
 
@@ -21,7 +21,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
     report, path = record_layers(cfg, Path(args.results_dir), steps=args.steps, block=args.block,
                                  progress=progress.line)
     if args.json:
-        print(json.dumps(report.to_json()))
+        print(json_text(report.to_json()))
         return 0
     shown = lost_time(report.table).head(args.top)
     with pd.option_context("display.width", 160, "display.max_columns", None, "display.float_format",

@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "in a pull request)")
     p.add_argument("--ignore", action="append", metavar="SETTING",
                    help="leave a setting out of the match, to compare what differs in it (e.g. threads, hardware)")
-    p.add_argument("--threshold", type=float, default=2.0, metavar="PCT", help="changes under PCT%% are judged same")
+    p.add_argument("--threshold", type=float, metavar="PCT",
+                   help="changes under PCT%% are judged same (default: the practical threshold every verdict uses)")
     p.add_argument("--fail-on-regression", type=float, metavar="PCT",
                    help="exit 1 when B is slower (or worse) than A by more than PCT%% with an interval excluding 1")
     p.set_defaults(func=_command("results", "cmd_diff"))
@@ -242,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="report name (default: the folder's name, or 'merged')")
     p.add_argument("--reports-root", default="reports", help="the report goes to REPORTS_ROOT/NAME/")
     p.set_defaults(func=_command("results", "cmd_report"))
+
+    p = _sub(sub, "check-pages", "open a published report in headless Chromium and check each page")
+    p.add_argument("reports_root", nargs="?", default="reports", metavar="REPORTS_ROOT",
+                   help="the reports folder, with index.html (default: reports)")
+    p.add_argument("--screenshots", metavar="DIR", help="keep a PNG of each page in DIR")
+    p.set_defaults(func=_command("results", "cmd_check_pages"))
 
     p = _sub(sub, "env", "print the environment manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,14 +1,13 @@
-"""Commands that read results folders back: report, diff."""
+"""Commands that read results folders and reports back: report, diff, check-pages."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from .jsonout import nan_to_none, plain
+from ..store.atomic import json_text
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -29,7 +28,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from ..report.evidence import diff as d
     from ..report.evidence.samples import METRICS
+    from ..report.evidence.stats import PRACTICAL_THRESHOLD
 
+    if args.threshold is None:
+        args.threshold = PRACTICAL_THRESHOLD * 100
     for flag, value in (("--threshold", args.threshold), ("--fail-on-regression", args.fail_on_regression)):
         if value is not None and not (math.isfinite(value) and 0 <= value < 100):
             raise ConfigError(f"command line: {flag} {value}; allowed: a percentage from 0 to under 100")
@@ -56,8 +58,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold,
                    "fail_on_regression_pct": args.fail_on_regression,
                    "regressions": 0 if worse is None else len(worse),
-                   "rows": [nan_to_none(plain(r)) for r in table.to_dict("records")]}
-        print(json.dumps(payload, default=str, allow_nan=False))
+                   "rows": table.to_dict("records")}
+        print(json_text(payload))
     elif args.markdown:
         print(f"**B = `{args.b}` against A = `{args.a}`**: ratio > 1 means B is better, with its 95% interval; "
               f"`same` = the interval holds 1 or the change is under {args.threshold:g}%.\n")
@@ -84,3 +86,27 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(f"benchlib: {len(worse)} regression(s) over {args.fail_on_regression:g}%: {listed}", file=sys.stderr)
         return 1
     return 0
+
+
+def cmd_check_pages(args: argparse.Namespace) -> int:
+    """Each published page as a reader's browser shows it: images loaded, tables within the window, no empty cell
+    words, a real title, local links that resolve; a screenshot of each kept where asked. Exit 1 on a problem."""
+    from ..pipeline.page_check import BrowserError, check_report, find_chromium, reports_index
+
+    root = Path(args.reports_root)
+    if not reports_index(root).exists():
+        raise ConfigError(f"command line: {reports_index(root)} does not exist; allowed: a reports folder that "
+                          "`benchlib study` or `make report` wrote")
+    if find_chromium() is None:
+        raise ConfigError("command line: check-pages needs Chromium, which is not installed; allowed: install it "
+                          "(Debian: apt-get install chromium) or set BENCHLIB_CHROMIUM to its path")
+    try:
+        checks = check_report(root, screenshots=Path(args.screenshots) if args.screenshots else None)
+    except BrowserError as exc:
+        raise ConfigError(f"check-pages: {exc}") from exc
+    for c in checks:
+        state = "ok" if not c.problems else f"{len(c.problems)} problem(s)"
+        print(f"{c.page.relative_to(root)}: {state} - {c.title}" + (f" -> {c.screenshot}" if c.screenshot else ""))
+        for problem in c.problems:
+            print(f"    {problem}")
+    return 1 if any(c.problems for c in checks) else 0

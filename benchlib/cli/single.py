@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from .. import log as messages
 from ..errors import BenchlibError, ConfigError
 from ..report.evidence import floors
 from ..spec.vocab import ELEMENT_DTYPES
-from .jsonout import finite, nan_to_none
+from ..store.atomic import json_text
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -137,11 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         messages.warning(f"{row['run_id']}: {row['machine_drift']}; a single run here is uncertain by about that "
                          "much: compare repeats (seeds)")
     if args.json:
-        print(
-            json.dumps(row, default=str, allow_nan=False)
-            if finite(row)
-            else json.dumps(nan_to_none(row), default=str)
-        )
+        print(json_text(row))
     else:
         for key, text in row_summary(row):
             print(f"{key:>22}: {text}")
@@ -218,7 +213,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
     manifest = collect_manifest()
     if args.json:
-        print(json.dumps(manifest, default=str))
+        print(json_text(manifest))
     else:
         for k, v in manifest.items():
             print(f"{k:>28}: {v}")
@@ -245,7 +240,7 @@ def cmd_flops(args: argparse.Namespace) -> int:
     dtype = getattr(torch, ELEMENT_DTYPES[args.dtype])
     c = complexity(args.model, args.image_size, batch_size=args.batch_size, num_classes=args.num_classes, dtype=dtype)
     if args.json:
-        print(json.dumps(c.as_dict()))
+        print(json_text(c.as_dict()))
     else:
         for key, value in c.as_dict().items():
             print(f"{key:>28}: {value}")
@@ -279,7 +274,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     if args.results_dir:
         ceilings.path = str(save_ceilings(ceilings, Path(args.results_dir)))
     if args.json:
-        print(json.dumps({**ceilings.to_json(), "path": ceilings.path}, default=str))
+        print(json_text({**ceilings.to_json(), "path": ceilings.path}))
     else:
         for dtype, value in ceilings.peak_flops_per_s.items():
             print(f"peak {dtype:>5}: {value / 1e9:10.1f} GFLOP/s")
@@ -306,7 +301,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     floor = measure_noise_floor(device, runs=args.runs, threads=counts, progress=Progress().line)
     path = save_noise_floor(floor, Path(args.results_dir))
     if args.json:
-        print(json.dumps({**floor.to_json(), "floor_pct": floor_pcts(floor), "path": str(path)}, default=str))
+        print(json_text({**floor.to_json(), "floor_pct": floor_pcts(floor), "path": str(path)}))
         return 0
     print(f"noise floor of {floor.machine} ({floor.device}), {floor.runs} fresh runs per thread count, measured in "
           f"{floor.minutes:.1f} min ({floor.measured_utc}); saved to {path}")

@@ -21,7 +21,7 @@ from ..nets.user_models import ModelSource
 from ..report.evidence.diff import DEFAULT_METRICS
 from ..report.evidence.samples import METRICS, SampleFiles, compare_rows
 from ..report.evidence.selection import column_median
-from .benchmark import model_reference, plan_benchmark, run_benchmark
+from .own_model import model_reference, plan_benchmark, run_benchmark
 
 RUN_ARGUMENTS = ("resume", "progress")  # benchmark()'s arguments about measuring, not about what is measured
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",

@@ -32,8 +32,7 @@ from ..errors import ConfigError, SkippedConfiguration
 from ..spec.fields import rules_of
 from ..spec.knobs import Knobs
 from ..spec.settings import RunConfig, RunSettings, check_batch_sizes
-from ..spec.study import StudyConfig
-from ..spec.study import load_study as parse_study_file
+from ..spec.study import StudyConfig, study_from_file
 from ..spec.vocab import is_python_data
 from .preflight import (
     check_gpu_memory,
@@ -219,7 +218,7 @@ def load_study(path: str | Path, *, check_devices: bool = True,
 
     ``check_devices=False`` leaves the devices out: a SLURM job is written here for nodes that have them.
     """
-    cfg = parse_study_file(path, overrides)
+    cfg = study_from_file(path, overrides)
     if check_devices:
         cfg = dataclasses.replace(cfg, hardware=resolved_hardware(cfg.hardware, cfg.source))
     admit(cfg.all_configs(), Names(cfg.source), settings=cfg.settings, sweep=dict(cfg.sweep), devices=check_devices)

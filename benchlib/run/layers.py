@@ -37,7 +37,7 @@ from ..roofline.cache import ensure_ceilings
 from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s
 from ..roofline.model import roof_dtype
 from ..spec.settings import RunConfig
-from ..store.atomic import atomic_write_json
+from ..store.atomic import atomic_write_json, json_ready
 from ..store.layout import ResultsLayout
 from .profile import _cycle, _quiet_kineto
 
@@ -76,21 +76,17 @@ class LayerReport:
 
     def to_json(self) -> dict[str, Any]:
         """What the saved file holds: the rows under ``layers``, the checks beside them; NaN as null."""
-        layers = [{k: _finite(v) for k, v in r.items()} for r in self.table.to_dict("records")]
+        layers = json_ready(self.table.to_dict("records"))
         figures = {"coverage": self.coverage, "step_s": self.step_s,
                 "instrumented_step_s": self.instrumented_step_s, "overhead": self.overhead,
                 "predicted_step_s": self.predicted_step_s, "efficiency": self.efficiency,
                 "flops_total": self.flops_total, "model_flops": self.model_flops, "roof_dtype": self.roof_dtype,
                 "peak_flops_per_s": self.peak_flops_per_s, "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
                 "element_bytes": self.element_bytes}
-        return {"run_id": self.run_id, **self.about, "layers": layers, **{k: _finite(v) for k, v in figures.items()},
+        return {"run_id": self.run_id, **self.about, "layers": layers, **json_ready(figures),
                 "steps": self.steps, "notes": self.notes}
 
 
-def _finite(value: Any) -> Any:
-    """A value JSON can hold: NaN and infinities as None, numpy scalars as Python's."""
-    value = value.item() if hasattr(value, "item") else value
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _step_rows(events: list[Any], span: StepSpans, device: bool = False, optimizer: bool = True) -> pd.DataFrame:

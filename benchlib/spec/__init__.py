@@ -14,7 +14,7 @@ from .settings import (
                        setting_names,
                        settings_from_mapping,
 )
-from .study import StudyConfig, expand_configs, expand_variants, load_study, parse_study
+from .study import StudyConfig, expand_configs, expand_variants, parse_study, study_from_file
 from .tune import OBJECTIVES, SearchSpace, TuneSpec, parse_search_space
 from .variants import PRESETS, Variant, apply_variant, parse_variant, variant_spec
 from .vocab import DATASETS, MODELS
@@ -22,6 +22,6 @@ from .vocab import DATASETS, MODELS
 __all__ = [
     "DATASETS", "KNOB_NAMES", "Knobs", "MODELS", "OBJECTIVES", "PRESETS", "RunConfig", "RunSettings", "SETTING_RULES",
     "SearchSpace", "StudyConfig", "TuneSpec", "Variant", "apply_variant", "check_batch_sizes", "expand_configs",
-    "expand_variants", "load_study", "parse_search_space", "parse_study", "parse_variant", "setting_defaults",
+    "expand_variants", "parse_search_space", "parse_study", "parse_variant", "study_from_file", "setting_defaults",
     "setting_names", "settings_from_mapping", "variant_spec",
 ]

@@ -1,6 +1,6 @@
 """A study file: the grid (hardware x models x batch sizes x variants x swept settings x seeds) and its settings.
 
-A study file is flat YAML: the grid keys plus any run setting. :func:`load_study` reads and validates it
+A study file is flat YAML: the grid keys plus any run setting. :func:`study_from_file` reads and validates it
 without touching torch, devices or data folders; whether the devices are present and the data folders
 hold what they should is checked by the preflight (:mod:`benchlib.run.preflight`) before any work starts.
 """
@@ -374,7 +374,7 @@ def read_study_file(path: str | Path) -> Any:
         raise ConfigError(f"{where}: not a text file ({exc.reason}); expected UTF-8 YAML") from exc
 
 
-def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> StudyConfig:
+def study_from_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> StudyConfig:
     """Read and validate a study params file (what to run; the preflight checks it can run here).
 
     ``overrides`` (``benchlib study --set key=value``) replace the file's top-level keys before validation,

@@ -70,9 +70,15 @@ def json_ready(value: Any) -> Any:
     return value
 
 
+def json_text(data: Any, indent: int | None = None) -> str:
+    """``data`` as strict JSON text, the one way benchlib writes JSON (files and every ``--json``): NaN and
+    infinities as null, numpy scalars as numbers, anything else JSON cannot hold as its text."""
+    return json.dumps(json_ready(data), indent=indent, allow_nan=False, default=str)
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON (NaN as null) atomically."""
-    atomic_write_text(path, json.dumps(json_ready(data), indent=1, allow_nan=False, default=str) + "\n")
+    atomic_write_text(path, json_text(data, indent=1) + "\n")
 
 
 def remove_stale_temp_files(folder: Path, older_than_s: float = 600.0) -> int:

@@ -1,4 +1,4 @@
-"""One call on any model: ``benchlib.benchmark(my_net)`` measures it as a study measures its models.
+"""One call on your own model: ``benchlib.benchmark(my_net)`` measures it as a study measures its models.
 
 The model may be an ``nn.Module`` (each configuration trains a deep copy, so all start from the same
 weights), a zero-argument factory, a torchvision name, ``timm:NAME`` or an import path
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..data.user_data import register_data, set_classes, user_data
 from ..engine.setup import num_classes as data_classes
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from ..nets.models import build_model
 from ..nets.user_models import ModelSource, is_registered, register_model
 from ..report.display.glance import BenchmarkResults, save_figure
@@ -76,7 +76,7 @@ def probe_classes(ref: str, image_size: int, asked: int = PROBE_CLASSES) -> int:
                 out = net(torch.zeros(2, 3, image_size, image_size))
         except Exception as exc:  # the user's forward: anything may go wrong in it
             raise ConfigError(f"model '{ref}' did not take a batch of images [2, 3, {image_size}, {image_size}]: "
-                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; allowed: a "
+                              f"{one_line(exc)}; allowed: a "
                               "model whose forward takes one image tensor (pass image_size=... if it needs another "
                               "size)") from exc
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:

@@ -1,17 +1,15 @@
-"""Published pages opened in a real browser: headless Chromium driven over its DevTools pipe.
+"""Published pages checked in a real browser: headless Chromium driven over its DevTools pipe.
 
 What a reader's browser does with a page (load its images, lay out its tables, follow its links) is
 checked here rather than guessed from the HTML text: every image loaded, no table of the headline
 section wider than the window, no ``None``/``nan`` cell, a real title, every local link to a file that
 exists. Screenshots of the pages are kept as build output. The DevTools protocol runs over the pipe
 Chromium opens with ``--remote-debugging-pipe`` (file descriptors 3 and 4, NUL-separated JSON), so
-nothing beyond the system's Chromium is needed. Use it as::
-
-    python -m benchlib.pipeline.browser reports --screenshots reports/screenshots
+nothing beyond the system's Chromium is needed. ``benchlib check-pages reports --screenshots DIR`` runs it
+(``make screenshots``).
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import fcntl
 import json
@@ -19,10 +17,8 @@ import os
 import select
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,27 +277,3 @@ def check_report(reports_root: Path, *, screenshots: Path | None = None,
             shot = screenshots / f"{name}.png" if screenshots is not None else None
             checks.append(check_page(browser, page, headline=headline, screenshot=shot))
     return checks
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchlib.pipeline.browser",
-                                     description="Open a published report in headless Chromium and check it.")
-    parser.add_argument("reports_root", type=Path, help="the reports folder (with index.html)")
-    parser.add_argument("--screenshots", type=Path, default=None, help="save a PNG of each page here")
-    args = parser.parse_args(argv)
-    if not reports_index(args.reports_root).exists():
-        print(f"benchlib: error: {reports_index(args.reports_root)} does not exist; run `make report` first",
-              file=sys.stderr)
-        return 2
-    checks = check_report(args.reports_root, screenshots=args.screenshots)
-    for c in checks:
-        state = "ok" if not c.problems else f"{len(c.problems)} problem(s)"
-        print(f"{c.page.relative_to(args.reports_root)}: {state} - {c.title}"
-              + (f" -> {c.screenshot}" if c.screenshot else ""))
-        for problem in c.problems:
-            print(f"    {problem}")
-    return 1 if any(c.problems for c in checks) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
