@@ -18,7 +18,16 @@ from benchlib.env.manifest import machine_name
 from benchlib.instruments.run_to_run import floor_pct
 from benchlib.report.evidence.diff import diff, floor_lines, notes, regressions
 from benchlib.report.evidence.samples import SampleFiles
-from benchlib.report.evidence.stats import CLAIMS, compare, compare_runs, judge_single_runs, proportion_ratio, spread
+from benchlib.report.evidence.stats import (
+    CLAIMS,
+    compare,
+    compare_runs,
+    judge_single_runs,
+    proportion_ratio,
+    spread,
+    verdict_of,
+    within_threshold,
+)
 from benchlib.report.tables.comparisons import scaling_table, speedup_matrix, speedup_table
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
@@ -30,9 +39,32 @@ def _noise(center: float, n: int = 60, seed: int = 1) -> np.ndarray:
     return center * (1 + 0.05 * np.random.default_rng(seed).standard_normal(n))
 
 
-def test_samples_of_one_distribution_are_the_same():
-    got = compare(_noise(1.0, seed=1), _noise(1.0, seed=2), higher_is_better=False)
-    assert got.ci_low <= 1.0 <= got.ci_high and got.verdict == "same" and got.p_value > 0.01
+def test_samples_of_one_distribution_are_the_same_once_the_interval_is_within_the_threshold():
+    few = compare(_noise(1.0, seed=1), _noise(1.0, seed=2), higher_is_better=False)
+    assert few.ci_low <= 1.0 <= few.ci_high and few.p_value > 0.01
+    assert few.verdict == "inconclusive" and "holds both no change and changes beyond 2%" in few.note, few
+    many = compare(_noise(1.0, n=4000, seed=1), _noise(1.0, n=4000, seed=2), higher_is_better=False)
+    assert within_threshold(many.ci_low, many.ci_high) and many.verdict == "same" and many.note == ""
+
+
+@pytest.mark.parametrize("low, high, verdict", [
+    (0.659, 2.943, "inconclusive"),  # benchlib.compare once called this train throughput ratio "same"
+    (0.0046 / 0.020, 1.240 / 0.020, "inconclusive"),  # and this latency one
+    (0.99, 1.015, "same"), (0.97, 1.01, "inconclusive"), (1.005, 1.03, "inconclusive"),
+])
+def test_same_only_when_the_whole_interval_lies_within_the_threshold(low, high, verdict):
+    assert verdict_of(math.sqrt(low * high), low, high, p_value=0.5) == verdict
+
+
+def test_no_level_says_same_for_an_interval_outside_the_threshold():
+    wide = compare(_noise(1.0, n=8, seed=1), _noise(1.0, n=8, seed=2), higher_is_better=False)
+    runs = compare_runs(_runs(1.0, 0.15, 3, seed=1), _runs(1.0, 0.15, 3, seed=2), higher_is_better=False)
+    floor = judge_single_runs(wide, 20.0, same_process=False)
+    steps = judge_single_runs(wide, math.nan, same_process=True)
+    test_set = proportion_ratio(0.95, 128, 0.95, 128)
+    for c in (wide, runs, floor, steps, test_set):
+        assert c.verdict != "same" or within_threshold(c.ci_low, c.ci_high), c
+        assert c.verdict == "inconclusive" and c.note, c
 
 
 def test_a_real_difference_gets_an_interval_that_excludes_one():
@@ -65,7 +97,7 @@ def test_three_runs_a_side_that_drifted_apart_are_not_called_faster():
     not find a difference as large as the runs' own spread, while a large clean one it does.
     """
     drifted = compare([0.019766, 0.019316, 0.025263], [0.016997, 0.016619, 0.019216], higher_is_better=False)
-    assert drifted.test == "welch-log" and drifted.p_value > 0.05 and drifted.verdict == "same"
+    assert drifted.test == "welch-log" and drifted.p_value > 0.05 and drifted.verdict == "inconclusive"
     assert drifted.ci_low > 0.0  # the interval itself is kept as computed
     four = compare([1.0, 1.01, 1.02, 1.03], [1.2, 1.21, 1.22, 1.23], higher_is_better=False)
     assert four.test == "mann-whitney" and four.p_value < 0.05 and four.verdict == "faster"
@@ -81,13 +113,13 @@ def test_compare_is_seeded():
 def test_identical_sides_are_called_different_at_most_at_the_tests_level():
     """Calibration: runs of one configuration (10% run-to-run spread) drawn twice, 300 times per size.
 
-    A verdict other than ``same`` is a false alarm; the interval and the test together keep their rate
-    near the 5% level (seeded, so the rates are fixed: 3.3%, 3.0%, 3.7%).
+    A claim (faster or slower) is a false alarm; the interval and the test together keep their rate near the
+    5% level (seeded, so the rates are fixed: 3.3%, 3.0%, 3.7%).
     """
     rng = np.random.default_rng(7)
     for n in (3, 4, 6):
         alarms = sum(compare(np.exp(rng.normal(0, 0.1, n)), np.exp(rng.normal(0, 0.1, n)),
-                             higher_is_better=True).verdict != "same" for _ in range(300))
+                             higher_is_better=True).verdict in CLAIMS for _ in range(300))
         assert alarms / 300 <= 0.05, (n, alarms)
 
 
@@ -105,17 +137,17 @@ def test_runs_are_the_unit_steps_of_a_run_do_not_narrow_the_interval():
     runs = compare_runs(a, b, higher_is_better=False)
     assert runs.level == "runs" and runs.runs_a == 3 and runs.test == "welch-log"
     assert (runs.ci_high - runs.ci_low) > 3 * (pooled.ci_high - pooled.ci_low)
-    assert runs.verdict == "same", runs
+    assert runs.verdict == "inconclusive", runs
     clear = compare_runs(_runs(1.0, 0.03, 4, seed=3), _runs(1.5, 0.03, 4, seed=4), higher_is_better=False)
     assert clear.verdict == "faster" and clear.ci_low > 1.2 and clear.test == "mann-whitney"
 
 
 def test_identical_runs_in_fresh_processes_are_rarely_called_different():
     """Calibration across runs: 200 pairs of sides with 15% run-to-run spread, 2 and 3 runs a side; false
-    alarms (any verdict but ``same``) stay at or under the 5% level (seeded, so the rates are fixed)."""
+    alarms (a claim: faster or slower) stay at or under the 5% level (seeded, so the rates are fixed)."""
     for n_runs in (2, 3):
         alarms = sum(compare_runs(_runs(1.0, 0.15, n_runs, seed=2 * k), _runs(1.0, 0.15, n_runs, seed=2 * k + 1),
-                                  higher_is_better=False).verdict != "same" for k in range(200))
+                                  higher_is_better=False).verdict in CLAIMS for k in range(200))
         assert alarms / 200 <= 0.05, (n_runs, alarms)
 
 
@@ -156,11 +188,14 @@ def test_one_run_a_side_claims_only_beyond_the_floor():
 
 def test_accuracy_is_judged_on_the_test_set_size():
     small = proportion_ratio(0.969, 128, 0.95, 128)
-    assert small.level == "test set" and small.ci_low < 1 < small.ci_high and small.verdict == "same"
+    assert small.level == "test set" and small.ci_low < 1 < small.ci_high and small.verdict == "inconclusive"
+    assert "test set's 128 images" in small.note
     big = proportion_ratio(0.969, 360, 0.928, 360)  # the default study's two machines, same code and seed
     assert big.verdict == "inconclusive" and big.ci_low > 1.0 and big.p_value < 0.05
     assert "training noise" in big.note  # beyond the test set's sampling, yet one training a side
-    assert proportion_ratio(1.0, 64, 1.0, 64).verdict == "same"  # all right on both sides: no difference
+    # all right on both sides: no difference seen, but 64 images cannot rule out one of a few points
+    assert proportion_ratio(1.0, 64, 1.0, 64).verdict == "inconclusive"
+    assert proportion_ratio(0.95, 100_000, 0.95, 100_000).verdict == "same"
 
 
 # ---------------------------------------------------------------- benchlib diff on real runs
@@ -289,10 +324,11 @@ def test_a_real_difference_in_fresh_processes_is_claimed_beyond_the_floor(fresh,
     assert "inconclusive: " in capsys.readouterr().out
 
 
-def test_two_runs_of_identical_settings_are_judged_same(folders):
+def test_two_runs_of_identical_settings_are_never_told_apart(folders):
     """Four runs a side, compared run by run. Four against four separate completely by chance 2 times in 70
     (Mann-Whitney's smallest p, 0.029, is under 0.05): then a claim is the test's nominal false alarm, and
-    what is asserted is that it stays small. Otherwise the verdict is "same"."""
+    what is asserted is that it stays small. Otherwise no claim: "same" where the interval lies within the
+    threshold, "inconclusive" where this machine's run-to-run spread leaves it wider."""
     table = diff(folders / "a", folders / "b", ["train_samples_per_s", "train_step_s", "test_accuracy"])
     same = table[table["configuration"].str.startswith("cpu__squeezenet1_1")].set_index("metric")
     assert same.loc["train_samples_per_s", "level"] == "runs"  # four runs a side: run-to-run drift counts
@@ -300,7 +336,8 @@ def test_two_runs_of_identical_settings_are_judged_same(folders):
     for metric in ("train_samples_per_s", "train_step_s"):
         row = same.loc[metric]
         separated = row["p_value"] < 0.05  # every run of one side beyond every run of the other
-        assert row["verdict"] == "same" or (separated and abs(row["ratio"] - 1) < 0.10), same.to_dict("index")
+        assert row["verdict"] not in CLAIMS or (separated and abs(row["ratio"] - 1) < 0.10), same.to_dict("index")
+        assert row["verdict"] != "same" or within_threshold(row["ci_low"], row["ci_high"]), row
     assert same.loc["test_accuracy", "ratio"] == 1.0  # same seeds, same data: the same weights
     only = table[table["configuration"].str.startswith("cpu__mobilenet_v2")]
     assert set(only["verdict"]) == {"only in B"}, "a configuration on one side only is listed, not dropped"

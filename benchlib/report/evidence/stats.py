@@ -20,9 +20,11 @@ says which evidence its verdict rests on (``level``):
   process's state is shared and the steps are the evidence.
 
 The verdict: ``faster`` (``better``) / ``slower`` (``worse``) when the interval excludes 1, the change is
-at least the practical threshold (``PRACTICAL_THRESHOLD``) and, where there is a test, it finds a difference (p < 0.05);
-``same`` at the runs level otherwise; ``inconclusive`` with the reason and what would settle it where one
-run a side cannot tell; ``unknown`` without data.
+at least the practical threshold (``PRACTICAL_THRESHOLD``) and, where there is a test, it finds a difference
+(p < 0.05); ``same`` only when the whole interval lies within the threshold of 1 (no change that matters is
+left possible); ``inconclusive`` otherwise (an interval that holds 1 but also a change beyond the threshold
+rules out nothing), with the reason and what would settle it; ``unknown`` without data. The same rule at
+every level: runs, floor, steps and test set.
 """
 from __future__ import annotations
 
@@ -44,9 +46,9 @@ SEED = 0
 WORSE = frozenset({"slower", "worse"})
 CLAIMS = frozenset({"faster", "slower", "better", "worse"})
 # The verdict rule in words, for every page and command that prints a verdict: one sentence, one threshold.
-VERDICT_RULE = (f"faster/slower when the interval excludes 1 and the change is at least "
-                f"{PRACTICAL_THRESHOLD:.0%}; same within noise; inconclusive where one run a side cannot tell; "
-                "unknown with one sample a side")
+VERDICT_RULE = (f"faster/slower when the interval excludes 1 and the change is at least {PRACTICAL_THRESHOLD:.0%}; "
+                f"same when the whole interval lies within {PRACTICAL_THRESHOLD:.0%} of 1; inconclusive otherwise "
+                "(the interval leaves both possible); unknown with one sample a side")
 SETTLE_REPEATS = 5  # what a "repeat each side N times" hint asks for
 
 
@@ -92,15 +94,28 @@ def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.asarray(np.median(a, axis=axis) / np.median(b, axis=axis))
 
 
+def within_threshold(ci_low: float, ci_high: float, threshold: float = PRACTICAL_THRESHOLD) -> bool:
+    """The whole interval lies within ``threshold`` of 1 (a ratio's band: 1 / (1 + t) .. 1 + t)."""
+    return 1.0 / (1.0 + threshold) <= ci_low and ci_high <= 1.0 + threshold
+
+
 def verdict_of(ratio: float, ci_low: float, ci_high: float, *, p_value: float = 0.0,
                threshold: float = PRACTICAL_THRESHOLD, words: tuple[str, str] = ("faster", "slower")) -> str:
     """``words[0]``/``words[1]`` when the interval excludes 1, the change is at least ``threshold`` and the
-    test found a difference (``p_value`` < 0.05)."""
+    test found a difference (``p_value`` < 0.05); ``same`` when the whole interval lies within ``threshold``
+    of 1; ``inconclusive`` otherwise: the evidence leaves both a change that matters and none possible."""
     if not all(math.isfinite(x) for x in (ratio, ci_low, ci_high)):
         return "unknown"
-    if ci_low <= 1.0 <= ci_high or abs(ratio - 1.0) < threshold or not p_value < ALPHA:
-        return "same"
-    return words[0] if ratio > 1.0 else words[1]
+    excludes_one = ci_high < 1.0 or ci_low > 1.0
+    if excludes_one and abs(ratio - 1.0) >= threshold and p_value < ALPHA:
+        return words[0] if ratio > 1.0 else words[1]
+    return "same" if within_threshold(ci_low, ci_high, threshold) else "inconclusive"
+
+
+def undecided_note(ci_low: float, ci_high: float, threshold: float = PRACTICAL_THRESHOLD) -> str:
+    """Why an ``inconclusive`` verdict is one: what its interval leaves possible."""
+    return (f"the interval [{ci_low:.2f}, {ci_high:.2f}] holds both no change and changes beyond "
+            f"{threshold:.0%}; {repeat_hint()}")
 
 
 def exact_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str] | None:
@@ -149,7 +164,8 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
         p_value, test = difference_test(xa, xb)
     words = ("faster", "slower") if timing else ("better", "worse")
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
-    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test)
+    note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
+    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note)
 
 
 def _run_medians(run: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
@@ -209,8 +225,9 @@ def compare_runs(runs_a: Sequence[Sequence[float] | np.ndarray], runs_b: Sequenc
         p_value, test = exact or difference_test(fig_a, fig_b)
     words = ("faster", "slower") if timing else ("better", "worse")
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
+    note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
     return dataclasses.replace(base, ratio=ratio, ci_low=low, ci_high=high, p_value=p_value, verdict=verdict,
-                               test=test)
+                               test=test, note=note)
 
 
 def repeat_hint(runs: int = SETTLE_REPEATS) -> str:
@@ -237,15 +254,16 @@ def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, ti
         low, high = min(lows), max(highs)
         verdict = verdict_of(steps.ratio, low, high, threshold=threshold, words=words)
         note = ""
-        if verdict == "same":
-            verdict = "inconclusive"
+        if verdict == "inconclusive":
             note = (f"{min(steps.runs_a, steps.runs_b)} run a side; single runs on this machine differ by up to "
                     f"±{floor:.0f}% (its noise floor); {repeat_hint()}")
         return dataclasses.replace(steps, ci_low=low, ci_high=high, p_value=math.nan, verdict=verdict,
                                    level="floor", test=f"floor ±{floor:.0f}%", note=note)
     if same_process:
-        return dataclasses.replace(steps, level="steps", note="steps of one process (interleaved): the "
-                                   "comparison leaves out the machine's run-to-run noise")
+        note = "steps of one process (interleaved): the comparison leaves out the machine's run-to-run noise"
+        if steps.verdict == "inconclusive":
+            note = f"{steps.note}; {note}"
+        return dataclasses.replace(steps, level="steps", note=note)
     note = ("1 run a side in different processes and no noise floor measured: steps alone cannot tell; run "
             f"`benchlib calibrate` or {repeat_hint()}")
     return dataclasses.replace(steps, verdict="inconclusive" if steps.verdict != "unknown" else "unknown",
@@ -278,6 +296,9 @@ def proportion_ratio(acc_a: float, n_a: int, acc_b: float, n_b: int, *, confiden
     p_value = 1.0 if var == 0 else float(2 * stats.norm.sf(abs(acc_a - acc_b) / math.sqrt(var)))
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
     note = ""
+    if verdict == "inconclusive":
+        note = (f"the test set's {min(n_a, n_b)} images leave an interval [{low:.2f}, {high:.2f}] that holds both no "
+                f"change and changes beyond {threshold:.0%}; a larger test set or {repeat_hint()} with seeds")
     if verdict in CLAIMS:  # beyond the test set's sampling, but one training cannot tell a change from its seed
         verdict = "inconclusive"
         note = (f"accuracy differs beyond the test set's sampling (p={p_value:.2g}), but one training a side "
