@@ -24,7 +24,15 @@ from ...instruments.run_to_run import floor_of
 from ...store.noise_floor import NoiseFloor, load_noise_floors
 from ...store.rows import flag_mask, read_samples
 from ...store.schema import BATCHES_PER_THROUGHPUT_REPEAT, finite_float
-from .stats import PRACTICAL_THRESHOLD, Comparison, compare, compare_runs, judge_single_runs, proportion_ratio
+from .stats import (
+    NO_DATA,
+    PRACTICAL_THRESHOLD,
+    Comparison,
+    compare,
+    compare_runs,
+    judge_single_runs,
+    proportion_ratio,
+)
 
 
 @dataclass(frozen=True)
@@ -170,8 +178,10 @@ def one_process(a: pd.DataFrame, b: pd.DataFrame) -> bool:
 def _accuracy(a: pd.DataFrame, b: pd.DataFrame, threshold: float) -> Comparison | None:
     """Test accuracy of one training a side judged on the test set's size (None without its size)."""
     def pooled(rows: pd.DataFrame) -> tuple[float, int] | None:
-        acc = pd.to_numeric(rows.get("test_accuracy"), errors="coerce")
-        n = pd.to_numeric(rows.get("test_samples"), errors="coerce")
+        if "test_accuracy" not in rows or "test_samples" not in rows:
+            return None
+        acc = pd.to_numeric(rows["test_accuracy"], errors="coerce")
+        n = pd.to_numeric(rows["test_samples"], errors="coerce")
         ok = acc.notna() & n.notna() & (n > 0)
         if not ok.any():
             return None
@@ -197,6 +207,9 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
     by noise alone is not claimed.
     """
     m = METRICS[metric] if isinstance(metric, str) else metric
+    for side, rows in (("A", a), ("B", b)):
+        if (why := refused(rows, m.column)) is not None:  # the row itself published no figure: no ratio either
+            return dataclasses.replace(NO_DATA, note=f"side {side}'s {m.column} was refused by its own row ({why})")
     runs_a, runs_b = run_samples(a, m, reader), run_samples(b, m, reader)
     if len(runs_a) >= MIN_RUNS and len(runs_b) >= MIN_RUNS:
         return compare_runs(runs_a, runs_b, higher_is_better=m.higher_is_better, timing=m.timing,
@@ -214,6 +227,19 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
     steps = dataclasses.replace(steps, runs_a=len(runs_a), runs_b=len(runs_b))
     return judge_single_runs(steps, noise_floor_pct(a, b, m, reader), same_process=one_process(a, b),
                              timing=m.timing, threshold=threshold)
+
+
+def refused(rows: pd.DataFrame, column: str) -> str | None:
+    """Why ``rows`` published no ``column`` where every row refused it (a percentile whose interval was too wide,
+    or too few samples for it: its ``<column>_status``); None where any row published it or none says why."""
+    status = f"{column}_status"
+    if rows.empty or status not in rows or column not in rows:
+        return None
+    values = pd.to_numeric(rows[column], errors="coerce")
+    said = rows[status].astype(str)
+    if values.notna().any() or not (said.ne("ok") & rows[status].notna()).all():
+        return None
+    return str(said.iloc[0])
 
 
 def flagged(rows: pd.DataFrame, columns: Sequence[str]) -> bool:

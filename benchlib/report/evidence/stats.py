@@ -83,6 +83,17 @@ class Comparison:
 
 
 NO_DATA = Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", 0, 0)
+_OPPOSITE = {"faster": "slower", "slower": "faster", "better": "worse", "worse": "better"}
+
+
+def inverted(c: Comparison) -> Comparison:
+    """The same comparison seen from the other side: B against A (ratio, interval and verdict turned over)."""
+    def over(x: float) -> float:
+        return 1.0 / x if math.isfinite(x) and x != 0 else math.nan
+
+    return dataclasses.replace(c, ratio=over(c.ratio), ci_low=over(c.ci_high), ci_high=over(c.ci_low),
+                               verdict=_OPPOSITE.get(c.verdict, c.verdict), n_a=c.n_b, n_b=c.n_a,
+                               runs_a=c.runs_b, runs_b=c.runs_a)
 
 
 def _clean(values: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -1,6 +1,8 @@
 """Claims a study's rows support, in words: which device, model, variant, batch size or thread count is
-faster and by how much, each with its interval and the evidence it rests on (runs, floor or steps). A
-claim is only made where the comparison's verdict makes it.
+faster (or more accurate) and by how much, each with its interval and the evidence it rests on (runs, floor,
+steps or test set). A claim is only made where the comparison's verdict makes it: every sentence of
+comparison is worded by :func:`_claim` from its verdict, and :func:`unsupported` is the rule a finished
+sentence is held to (the key findings withhold one that breaks it).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pandas as pd
 
 from ..evidence.samples import SampleFiles, SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, config_key, device_label
-from ..evidence.stats import Comparison
+from ..evidence.stats import PRACTICAL_THRESHOLD, Comparison, inverted, within_threshold
 from ..tables.comparisons import scaling_table, variant_speedups
 from ..words import fmt
 from .caveats import measured_rows
@@ -60,8 +62,15 @@ def _best_per(good: pd.DataFrame, key: str, metric: str = "train_samples_per_s",
     return out
 
 
-def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparison, mine: str, theirs: str) -> str:
-    """One comparison as a sentence whose wording follows the verdict (``verb``: singular and plural forms).
+SPEED = ("fastest", "as fast")  # the words of a claim, and of its absence, about speed
+ACCURACY = ("the most accurate", "as accurate")
+
+
+def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparison, mine: str, theirs: str,
+           words: tuple[str, str] = SPEED) -> str:
+    """One comparison as a sentence whose wording follows the verdict (``verb``: singular and plural forms;
+    ``words``: the superlative a claim makes and the equal a ``same`` says). The one place a comparison
+    becomes words: a claim only where the verdict is one.
 
     faster: 'resnet18 trains fastest on cpu: A, 2.00x [1.96, 2.04] faster (runs) than mobilenet_v2 (B).'
     same: 'resnet18 and mobilenet_v2 train as fast on cpu within noise: A against B, 1.01x [0.99, 1.02] (runs).'
@@ -73,17 +82,43 @@ def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparis
     if c.verdict in ("same", "inconclusive"):
         ratio += level
     if c.verdict == "same":
-        return f"{best} and {other} {verb[1]} as fast{where} within noise: {mine} against {theirs}, {ratio}."
+        return f"{best} and {other} {verb[1]} {words[1]}{where} within noise: {mine} against {theirs}, {ratio}."
     if c.verdict == "inconclusive":
         return f"{best} and {other} are not told apart{where}: {mine} against {theirs}, {ratio}; {c.note}."
     if c.verdict == "unknown":
-        return (f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {other}'s ({theirs}); one sample a side, so "
-                "no interval or verdict.")
-    return f"{best} {verb[0]} fastest{where}: {mine}, {ratio} {c.verdict}{level} than {other} ({theirs})."
+        why = c.note or "one sample a side, so no interval or verdict"
+        return f"{best} against {other}{where}: {mine} against {theirs}, {ratio}; {why}."
+    return f"{best} {verb[0]} {words[0]}{where}: {mine}, {ratio} {c.verdict}{level} than {other} ({theirs})."
+
+
+_RATIO = re.compile(r"(\d+(?:\.\d+)?)x \[(\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\]")
+_CLAIM_WORDS = re.compile(r"\b(fastest|faster|slower|most accurate|more accurate|less accurate|better|worse)\b")
+_EQUAL_WORDS = re.compile(r"\b(as fast|as accurate|the same within noise)\b")
+
+
+def unsupported(sentence: str, threshold: float = PRACTICAL_THRESHOLD) -> str | None:
+    """Why a finished sentence says more than its evidence, or None: the rule every comparison is held to.
+
+    A claim (faster, slower, better, worse, fastest, most accurate...) needs a ratio with an interval that
+    excludes 1 by at least the practical threshold; saying two things are the same (as fast, as accurate)
+    needs one whose whole interval lies within it. A sentence without such words claims nothing.
+    """
+    intervals = [(float(r), float(lo), float(hi)) for r, lo, hi in _RATIO.findall(sentence)]
+    claim, equal = _CLAIM_WORDS.search(sentence), _EQUAL_WORDS.search(sentence)
+    if claim is not None:
+        if not intervals:
+            return f"it claims '{claim.group(0)}' without a ratio and its interval"
+        r, lo, hi = intervals[0]
+        if lo <= 1.0 <= hi or abs(r - 1.0) < threshold:
+            return f"it claims '{claim.group(0)}' on {r:.2f}x [{lo:.2f}, {hi:.2f}]"
+    if equal is not None and (not intervals or not within_threshold(intervals[0][1], intervals[0][2], threshold)):
+        return f"it says '{equal.group(0)}' on an interval wider than {threshold:.0%}"
+    return None
 
 
 def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader, name: Callable[[pd.DataFrame], str],
-            verb: tuple[str, str], where: str, value: Callable[[pd.DataFrame], str]) -> str:
+            verb: tuple[str, str], where: str, value: Callable[[pd.DataFrame], str],
+            words: tuple[str, str] = SPEED) -> str:
     """``a`` (ranked first by its rows' figures) against ``b``, as a sentence.
 
     The ratio comes from the raw samples; where their medians rank the two the other way (a noisy run), the
@@ -93,7 +128,7 @@ def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader,
     if np.isfinite(c.ratio) and c.ratio < 1:
         a, b = b, a
         c = compare_rows(a, b, metric, reader)
-    return _claim(name(a), name(b), verb, where, c, value(a), value(b))
+    return _claim(name(a), name(b), verb, where, c, value(a), value(b), words)
 
 
 def _column(column: str, prefix: str = "") -> Callable[[pd.DataFrame], str]:
@@ -107,6 +142,11 @@ def _samples_per_s(rows: pd.DataFrame, batch: bool = False) -> str:
 
 def _latency(rows: pd.DataFrame) -> str:
     return f"{fmt.ms_text(column_median(rows, 'latency_ms_p50'))} p50"
+
+
+def _accuracy(rows: pd.DataFrame) -> str:
+    return fmt.accuracy_text(*(column_median(rows, c) for c in ("test_accuracy", "test_accuracy_ci_low",
+                                                                  "test_accuracy_ci_high")))
 
 
 def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
@@ -164,11 +204,9 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
                                  ("answers one image", "answer one image"), f" on {device}", _latency))
         acc = sorted(_best_per(rows, "model", "test_accuracy").values(),
                      key=lambda r: -column_median(r, "test_accuracy"))
-        if len(acc) > 1:
-            others = ", ".join(f"{r['model'].iloc[0]} {fmt.percent_text(column_median(r, 'test_accuracy'))}"
-                               for r in acc[1:])
-            lines.append(f"On {device}, {acc[0]['model'].iloc[0]} is the most accurate: "
-                         f"{fmt.percent_text(column_median(acc[0], 'test_accuracy'))} test accuracy ({others}).")
+        if len(acc) > 1:  # the two most accurate, judged as every other comparison is: a claim only on evidence
+            lines.append(_versus(acc[0], acc[1], "test_accuracy", reader, _column("model"), ("is", "are"),
+                                 f" on {device}", _accuracy, ACCURACY))
     return lines
 
 
@@ -212,10 +250,10 @@ def variants(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
                 continue
             best = ranked.loc[pd.to_numeric(ranked[column]).idxmax()]
             lines.append(_variant_claim(f"{model} on {device} (bs{int(batch)})", best, label, verb, str(baseline)))
-        slower = others[others["train_throughput_verdict"] == "slower"]["variant"].tolist()
-        if slower:
-            lines.append(f"{model} on {device} (bs{int(batch)}): {', '.join(map(str, slower))} "
-                         f"train{'s' if len(slower) == 1 else ''} slower than {baseline}.")
+        slower = others[others["train_throughput_verdict"] == "slower"]
+        if not slower.empty:  # each with its own ratio and interval: the claim rests on each one's evidence
+            each = "; ".join(f"{r['variant']} {r['train_throughput']}" for _, r in slower.iterrows())
+            lines.append(f"{model} on {device} (bs{int(batch)}) trains slower than {baseline} with: {each}.")
     return lines
 
 
@@ -248,11 +286,14 @@ def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[st
         smallest = same[same["batch_size"] == same["batch_size"].min()]
         batch, low = int(best["batch_size"].iloc[0]), int(smallest["batch_size"].iloc[0])
         where = f" for {model} on {device} ({variant})"
-        if batch == low:
-            text = f"The smallest batch, bs{low}, trains fastest{where}: {_samples_per_s(best)}"
-        else:
-            text = _versus(best, smallest, "train_samples_per_s", reader, lambda r: f"bs{int(r['batch_size'].iloc[0])}",
-                           ("trains", "train"), where, _samples_per_s)[:-1]
+        other = best
+        if batch == low:  # the smallest batch has the best median: judged against the best of the others
+            larger = same[same["batch_size"] != low]
+            other = _best_per(larger, "model").get(model, larger.iloc[0:0])
+        if other.empty:
+            continue
+        text = _versus(other, smallest, "train_samples_per_s", reader, lambda r: f"bs{int(r['batch_size'].iloc[0])}",
+                       ("trains", "train"), where, _samples_per_s)[:-1]
         failed = df[(df["status"].isin(["oom", "unstable", "failed"])) & (df["model"] == model)
                     & (df["variant"] == variant)]
         failed = failed[device_label(failed) == device] if not failed.empty else failed
@@ -266,6 +307,12 @@ def _count(n: Any, word: tuple[str, str]) -> str:
     return f"{int(n)} {word[0] if int(n) == 1 else word[1]}"
 
 
+def _scaling_comparison(row: pd.Series) -> Comparison:
+    """A scaling table's row (its knob's value against the smallest) as the comparison it holds."""
+    return Comparison(float(row["speedup"]), float(row["ci_low"]), float(row["ci_high"]), float("nan"),
+                      str(row["verdict"]), 0, 0, level=str(row.get("level") or ""), note=str(row.get("note") or ""))
+
+
 def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
     """Threads, DataLoader workers and data-parallel processes: the best value against the smallest."""
     lines = []
@@ -277,19 +324,20 @@ def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
             continue
         table = table.assign(device=device_label(table))
         for (device, model, batch), grp in table.groupby(["device", "model", "batch_size"], sort=True):
+            if grp[knob].nunique() < 2:  # one value measured here: nothing to compare it with
+                continue
             base = grp.loc[grp[knob].idxmin()]
             best = grp.loc[pd.to_numeric(grp["train_samples_per_s"]).idxmax()]
             where = f" for {model} on {device} (bs{int(batch)})"
+            first, second = best, base  # the best against the smallest, or the smallest against the most
+            c = _scaling_comparison(best)
             if best[knob] == base[knob]:
-                most = grp.loc[grp[knob].idxmax()]
-                lines.append(f"{_count(base[knob], word)} trains fastest{where}: {_count(most[knob], word)} train "
-                             f"{most['speedup_text']} against it (parallel efficiency "
-                             f"{fmt.percent_text(most['parallel_efficiency'])}).")
-                continue
-            c = Comparison(float(best["speedup"]), float(best["ci_low"]), float(best["ci_high"]), float("nan"),
-                           str(best["verdict"]), 0, 0, level=str(best.get("level") or ""),
-                           note=str(best.get("note") or ""))
-            text = _claim(_count(best[knob], word), _count(base[knob], word), ("train", "train"), where, c,
-                          _throughput(best["train_samples_per_s"]), _throughput(base["train_samples_per_s"]))
-            lines.append(text[:-1] + f"; parallel efficiency {fmt.percent_text(best['parallel_efficiency'])}.")
+                first, second = base, grp.loc[grp[knob].idxmax()]
+                c = inverted(_scaling_comparison(second))
+            verb = ("trains", "train") if int(first[knob]) == 1 else ("train", "train")
+            text = _claim(_count(first[knob], word), _count(second[knob], word), verb, where, c,
+                          _throughput(first["train_samples_per_s"]), _throughput(second["train_samples_per_s"]))
+            top = best if best[knob] != base[knob] else second
+            lines.append(text[:-1] + f"; parallel efficiency of {_count(top[knob], word)}: "
+                         f"{fmt.percent_text(top['parallel_efficiency'])}.")
     return lines
