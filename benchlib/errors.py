@@ -75,6 +75,14 @@ def missing(module: str, what: str) -> MissingExtra:
                         f"pip install 'benchlib[{EXTRAS.get(top, 'all')}]'")
 
 
+class FolderLocked(BenchlibError):
+    """Another live process holds the results folder (``store.lock``)."""
+
+
+class BrowserError(RuntimeError):
+    """Chromium did not start, answer or load a page in time (``pipeline.page_check``)."""
+
+
 class ClusterError(BenchlibError):
     """The cluster's scheduler failed (its commands unreachable or broken): not the input's fault."""
 

@@ -313,6 +313,36 @@ def test_small_things_have_one_home(what):
     assert found and all(f.startswith(f"{home}:") for f in found), f"{what}: {found} (its home: {home})"
 
 
+def _docstring_summary(path: Path, whole_paragraph: bool) -> str:
+    """What docs/architecture.md says of a module: its docstring's first sentence (a package: its first
+    paragraph), its lines joined."""
+    text = " ".join(line.strip() for line in (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "")
+                    .split("\n\n")[0].splitlines())
+    end = re.search(r"(?<=[.!?])\s", text)
+    return text if whole_paragraph or end is None else text[:end.start()]
+
+
+def test_docs_architecture_says_of_each_module_what_its_docstring_says():
+    """The one-line descriptions are generated from the docstrings (``python tests/test_architecture.py``
+    prints them), so the page cannot drift from the code it describes."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drifted = []
+    package = None
+    for line in text.splitlines():
+        if m := re.match(r"### `([\w/]+)/`: (.*)", line):
+            package = "" if m.group(1) == "benchlib" else m.group(1)
+            init = PACKAGE / package / "__init__.py"
+            if m.group(2) != _docstring_summary(init, whole_paragraph=True):
+                drifted.append(f"{package}/")
+        elif package is not None and (m := re.match(r"- `(\w+\.py)`: (.*)", line)):
+            path = PACKAGE / package / m.group(1)
+            if path.exists() and m.group(2) != _docstring_summary(path, whole_paragraph=False):
+                drifted.append(f"{package}/{m.group(1)}")
+        elif line.startswith("## "):
+            package = None
+    assert not drifted, f"lines of docs/architecture.md that no longer say what the docstring does: {drifted}"
+
+
 def test_docs_architecture_names_every_module_under_its_package():
     """docs/architecture.md lists every module under its package's heading, and no module that is gone."""
     text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
@@ -335,3 +365,25 @@ def test_modules_stay_small():
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert not long, long
+
+
+def regenerate_module_lines(doc: Path) -> None:
+    """Rewrite each package heading and module line of ``doc`` from the docstrings, in the page's own order."""
+    out, package = [], None
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if m := re.match(r"### `([\w/]+)/`: (.*)", line):
+            package = "" if m.group(1) == "benchlib" else m.group(1)
+            line = f"### `{m.group(1)}/`: {_docstring_summary(PACKAGE / package / '__init__.py', True)}"
+        elif line.startswith("### `benchlib/`"):
+            package = ""
+        elif package is not None and (m := re.match(r"- `(\w+\.py)`: (.*)", line)):
+            if (PACKAGE / package / m.group(1)).exists():
+                line = f"- `{m.group(1)}`: {_docstring_summary(PACKAGE / package / m.group(1), False)}"
+        elif line.startswith("## "):
+            package = None
+        out.append(line)
+    doc.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":  # after changing a module's docstring: python tests/test_architecture.py
+    regenerate_module_lines(PACKAGE.parent / "docs" / "architecture.md")

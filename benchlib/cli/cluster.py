@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import log as messages
 from ..errors import ConfigError, one_line
+from ..store.layout import ResultsLayout
 
 if TYPE_CHECKING:
     from ..pipeline.slurm import JobPlace, SlurmResources
@@ -59,7 +60,7 @@ def _report(results: Path, reports_root: Path, study: str) -> bool:
     """The summary and HTML of a study's rows (``benchlib report``); False when there was nothing to report."""
     from ..pipeline.study import PAIR_FAILURES, summarize
 
-    if not (results / "rows").is_dir():
+    if not ResultsLayout.of(results).holds_rows:
         _say(f"no rows in {results}: no report")
         return False
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..store.atomic import json_text
+from ..store.layout import ResultsLayout
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -15,7 +16,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     dirs = [Path(d) for d in args.results_dirs]
     for d in dirs:
-        if not (d / "rows").is_dir():
+        if not ResultsLayout.of(d).holds_rows:
             raise ConfigError(
                 f"results folder '{d}' has no rows/ folder; give folders written by benchlib, e.g. results/default"
             )
@@ -91,7 +92,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_check_pages(args: argparse.Namespace) -> int:
     """Each published page as a reader's browser shows it: images loaded, tables within the window, no empty cell
     words, a real title, local links that resolve; a screenshot of each kept where asked. Exit 1 on a problem."""
-    from ..pipeline.page_check import BrowserError, check_report, find_chromium, reports_index
+    from ..errors import BrowserError
+    from ..pipeline.page_check import check_report, find_chromium, reports_index
 
     root = Path(args.reports_root)
     if not reports_index(root).exists():

@@ -1,4 +1,4 @@
-"""Commands that run a params file: study, sweep, compare, tune, slurm."""
+"""Commands that run a params file: study, sweep, compare, tune (``slurm`` is in ``cli/cluster.py``)."""
 from __future__ import annotations
 
 import argparse

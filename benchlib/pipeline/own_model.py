@@ -184,6 +184,6 @@ def run_benchmark(plan: BenchmarkPlan, results_dir: str | Path = "results/adhoc"
     frame = read_results([results_dir])
     mine = frame[frame["run_id"].isin(ids)].reset_index(drop=True)
     result = BenchmarkResults(mine)
-    figure = save_figure(mine, ResultsLayout.of(results_dir).figures_dir) if not mine.empty else None
+    figure = save_figure(mine, ResultsLayout.of(results_dir)) if not mine.empty else None
     result.attrs["figure_path"] = str(figure) if figure else ""
     return result

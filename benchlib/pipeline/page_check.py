@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ..errors import BrowserError
 from ..store.layout import ReportLayout, reports_index
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -80,10 +81,6 @@ def find_chromium() -> str | None:
     if named:
         return shutil.which(named) or (named if Path(named).is_file() else None)
     return next((found for name in CHROMIUM_NAMES if (found := shutil.which(name))), None)
-
-
-class BrowserError(RuntimeError):
-    """Chromium did not start, answer or load a page in time."""
 
 
 class Browser:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import html
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ from traitlets import default
 from ..errors import ConfigError
 from ..report.display import site
 from ..report.words import dictionary
-from ..store.atomic import atomic_write_text
+from ..store.atomic import atomic_write_json, atomic_write_text
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 
 KERNEL_NAME = "python3"
@@ -187,7 +186,7 @@ def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
 def write_meta(report: ReportLayout, title: str, description: str, results_dirs: Sequence[Path]) -> Path:
     """``report.json``: what the index says of the report (its title, the study's description, its folders)."""
     meta = {"title": title, "description": description, "results_dirs": [Path(d).name for d in results_dirs]}
-    atomic_write_text(report.meta_path, json.dumps(meta, indent=1) + "\n")
+    atomic_write_json(report.meta_path, meta)
     return report.meta_path
 
 

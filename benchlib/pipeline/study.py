@@ -31,7 +31,7 @@ from ..run.record import record_pair_failure, refresh_roofs, set_aside_stale_row
 from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
-from ..store.atomic import atomic_write_text, remove_stale_temp_files
+from ..store.atomic import atomic_write_json, remove_stale_temp_files
 from ..store.layout import ReportLayout, ResultsLayout, StudyPaths, pair_notebook_name
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
@@ -132,7 +132,7 @@ def run_study(cfg: StudyConfig, *, results_root: str | Path = "results", reports
 def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s: int | None, fresh: bool,
                only_pair: int | None, summary: bool) -> StudyOutcome:
     if fresh:
-        for old in move_aside(paths, keep=tuple(paths.results.root.glob(".benchlib-*.lock"))):
+        for old in move_aside(paths, keep=tuple(paths.results.lock_files())):
             _log(f"--fresh: moved old output to {old}")
         writable_folder(paths.results.root, "--results-root")
         writable_folder(paths.reports.runs_dir, "--reports-root")
@@ -183,9 +183,9 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     ran = {c.run_id for h, m in pairs for c in cfg.configs(h, m)}  # an array task answers for its own pair only
     configs_failed = int(((mine["status"] == "failed") & mine["run_id"].isin(ran)).sum())
     rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
-    atomic_write_text(paths.results.run_rules_path, json.dumps(  # before the summary, which shows them
-        {"study": cfg.study, "params": cfg.source, "description": cfg.description, "interleave": cfg.interleave,
-         **rules, "rounds": keeper.record()}, indent=1, default=str))
+    atomic_write_json(paths.results.run_rules_path,  # before the summary, which shows them
+                      {"study": cfg.study, "params": cfg.source, "description": cfg.description,
+                       "interleave": cfg.interleave, **rules, "rounds": keeper.record()})
     if summary:
         summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
                   cell_timeout_s=cell_timeout_s, description=cfg.description)

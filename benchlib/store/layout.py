@@ -89,6 +89,22 @@ class ResultsLayout:
         return sorted(self.rows_dir.glob("*.json"))
 
     @property
+    def holds_rows(self) -> bool:
+        """Whether this is a results folder benchlib wrote (it has ``rows/``)."""
+        return self.rows_dir.is_dir()
+
+    def lock_path(self, scope: str = "study") -> Path:
+        """The lock a process holds while it writes here (``store.lock``): a whole study's, or one pair's."""
+        return self.root / f".benchlib-{scope}.lock"
+
+    def lock_files(self) -> list[Path]:
+        return sorted(self.root.glob(".benchlib-*.lock"))
+
+    def benchmark_figure(self, model: str, device: str) -> Path:
+        """The throughput chart ``benchlib.benchmark`` draws for one model on one device."""
+        return self.figures_dir / f"benchmark-{safe_name(model)}-{safe_name(device)}.png"
+
+    @property
     def figures_dir(self) -> Path:
         """Figures the Python API draws for a result it returns (``benchlib.benchmark``'s throughput chart)."""
         return self.root / "figures"
@@ -104,6 +120,10 @@ class ResultsLayout:
 
     def superseded_dir(self, stamp: str) -> Path:
         return self.root / "superseded" / stamp
+
+    def superseded_row_files(self) -> list[Path]:
+        """Rows a study set aside (measured with settings it no longer has), every stamp's."""
+        return sorted(self.root.glob("superseded/*/rows/*.json"))
 
     @property
     def run_rules_path(self) -> Path:

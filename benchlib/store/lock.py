@@ -19,11 +19,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import BenchlibError
-
-
-class FolderLocked(BenchlibError):
-    """Another live process holds the results folder."""
+from ..errors import FolderLocked
+from .layout import ResultsLayout
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ class Holder:
 
 
 def lock_path(folder: Path, scope: str = "study") -> Path:
-    return Path(folder) / f".benchlib-{scope}.lock"
+    return ResultsLayout.of(folder).lock_path(scope)
 
 
 def _read_holder(path: Path) -> Holder | None:

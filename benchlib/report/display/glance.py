@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
-from ...store.atomic import atomic_write_bytes, safe_name
+from ...store.atomic import atomic_write_bytes
+from ...store.layout import ResultsLayout
 from ..evidence.selection import ok_rows
-from ..figures.style import OKABE_ITO
+from ..figures import charts
 from ..tables.headline import headline_table
 from ..words import fmt
 from .show import table_html
@@ -58,52 +58,15 @@ def _label(row: pd.Series) -> str:
     return f"{row['variant']}, batch {int(row['batch_size'])}"
 
 
-def throughput_figure(rows: pd.DataFrame) -> Figure | None:
-    """Training samples/s per configuration (samples over the summed step times), whiskers as wide relative to it
-    as the middle half of its step times is relative to their median, the roof share beside."""
+def save_figure(rows: pd.DataFrame, results: ResultsLayout) -> Path | None:
+    """The throughput figure as a PNG under the results folder's figures (named after the model and device)."""
     good = ok_rows(rows) if not rows.empty else rows
-    if good.empty or "train_samples_per_s" not in good:
-        return None
-    good = good[pd.to_numeric(good["train_samples_per_s"], errors="coerce").notna()]
-    if good.empty:
-        return None
-    labels = [_label(r) for _, r in good.iterrows()]
-    value = pd.to_numeric(good["train_samples_per_s"], errors="coerce").to_numpy(float)
-    step = pd.to_numeric(good["train_step_s_median"], errors="coerce").to_numpy(float)
-    half_iqr = pd.to_numeric(good.get("train_step_s_iqr"), errors="coerce").to_numpy(float) / 2
-    # the spread of the steps as a relative band around the throughput (which is over the mean step)
-    low = np.where(np.isfinite(half_iqr), value * step / (step + half_iqr), value)
-    high = np.where(np.isfinite(half_iqr) & (step > half_iqr), value * step / np.maximum(step - half_iqr, 1e-12),
-                    value)
-    fig = Figure(figsize=(5.6, 0.45 * len(labels) + 1.3))
-    ax = fig.subplots()
-    y = np.arange(len(labels))
-    ax.barh(y, value, color=OKABE_ITO[0], height=0.6)
-    ax.errorbar(value, y, xerr=[np.clip(value - low, 0, None), np.clip(high - value, 0, None)], fmt="none",
-                ecolor="black", capsize=3, linewidth=1)
-    roof = pd.to_numeric(good.get("roof_fraction"), errors="coerce").to_numpy(float)
-    for i, share in enumerate(roof):
-        if np.isfinite(share):
-            ax.annotate(f" {fmt.percent_text(share)} of roof", (max(high[i], value[i]), i), va="center", fontsize=7)
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, float(np.nanmax(high)) * 1.35)
-    ax.set_xlabel("training throughput (samples/s); whiskers: middle half of the step times", fontsize=8)
-    model, device = str(good["model"].iloc[0]), str(good["hardware"].iloc[0])
-    ax.set_title(f"{model} on {device}", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def save_figure(rows: pd.DataFrame, figures_dir: Path) -> Path | None:
-    """The throughput figure as a PNG under ``figures_dir`` (named after the model and device), or None."""
-    fig = throughput_figure(rows)
+    fig = charts.throughput_bars(good, [_label(r) for _, r in good.iterrows()]) if not good.empty else None
     if fig is None:
         return None
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
-    model, device = (safe_name(str(rows[c].iloc[0])) for c in ("model", "hardware"))
-    path = figures_dir / f"benchmark-{model}-{device}.png"
+    path = results.benchmark_figure(str(rows["model"].iloc[0]), str(rows["hardware"].iloc[0]))
     atomic_write_bytes(path, buffer.getvalue())
     return path
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from ...store.layout import ReportLayout, reports_index, reports_page
+from ...store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 from ..tables.headline import flags, memory_above_baseline
 from ..words import fmt
 
@@ -211,15 +211,16 @@ def _data_list(report: ReportLayout, reports_root: Path) -> str:
     items = []
     for copy in sorted(p for p in report.data_dir.glob("*") if p.is_dir()):
         label = f" ({html.escape(copy.name)})" if len(list(report.data_dir.glob("*"))) > 1 else ""
-        if (copy / "results.csv").exists():
+        held = ResultsLayout.of(copy)  # a copy of a results folder's files, laid out as the folder is
+        if held.results_csv.exists():
             columns = link(reports_page(reports_root, "columns"), reports_root, "every column explained")
-            items.append(f"<li>{link(copy / 'results.csv', reports_root, 'results.csv')}{label}: one row per "
+            items.append(f"<li>{link(held.results_csv, reports_root, 'results.csv')}{label}: one row per "
                          f"configuration ({columns})</li>")
-        if (copy / "run_rules.json").exists():
-            items.append(f"<li>{link(copy / 'run_rules.json', reports_root, 'run_rules.json')}{label}: repeats, "
+        if held.run_rules_path.exists():
+            items.append(f"<li>{link(held.run_rules_path, reports_root, 'run_rules.json')}{label}: repeats, "
                          "seeds, warmup and every run that did not count</li>")
-        for sub, what in (("manifests", "Environment manifests"), ("ceilings", "Measured ceilings")):
-            files = sorted((copy / sub).glob("*.json"))
+        for files, what in ((held.manifest_files(), "Environment manifests"),
+                            (held.ceilings_files(), "Measured ceilings")):
             if files:
                 links = ", ".join(link(f, reports_root, f.stem) for f in files)
                 items.append(f"<li>{what}{label}: {links}</li>")

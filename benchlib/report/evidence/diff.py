@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from ...spec.settings import DIGEST_AND_SEED
+from ...store.layout import ResultsLayout
 from ...store.noise_floor import load_noise_floors
 from ...store.rows import read_results
 from .floors import floor_sentence
@@ -43,9 +44,9 @@ GATED_LEVELS = frozenset({"runs", "floor"})  # what a regression gate trusts: ne
 
 def results_folders(path: Path) -> list[Path]:
     """A study folder (it has ``rows/``) or a results root holding study folders."""
-    if (path / "rows").is_dir():
+    if ResultsLayout.of(path).holds_rows:
         return [path]
-    found = sorted(p for p in path.iterdir() if (p / "rows").is_dir()) if path.is_dir() else []
+    found = sorted(p for p in path.iterdir() if ResultsLayout.of(p).holds_rows) if path.is_dir() else []
     if not found:
         raise FileNotFoundError(f"'{path}' holds no results (no rows/ folder in it or in a folder below it)")
     return found

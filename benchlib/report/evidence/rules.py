@@ -35,7 +35,7 @@ def _values(column: pd.Series) -> list[Any]:
 
 def superseded_rows(results_dirs: Iterable[str | Path]) -> int:
     """Rows set aside because the study's settings changed (kept under ``superseded/``, never deleted)."""
-    return sum(len(list((ResultsLayout.of(d).root / "superseded").glob("*/rows/*.json"))) for d in results_dirs)
+    return sum(len(ResultsLayout.of(d).superseded_row_files()) for d in results_dirs)
 
 
 def run_rules(rows: pd.DataFrame, superseded: int = 0) -> dict[str, Any]:

@@ -1,3 +1,3 @@
-"""Every figure (matplotlib), each also saved as a PNG: the shared style (``style``), charts of measured figures
-(``charts``), profiles (``profile``), telemetry (``telemetry``), rooflines (``roofline``) and per-layer
-rooflines (``layers``)."""
+"""Every figure benchlib draws (matplotlib), each also saved as a PNG: the shared style (``style``), charts of
+measured figures (``charts``), profiles (``profile``), telemetry (``telemetry``), rooflines (``roofline``) and
+per-layer rooflines (``layers``); a tuning study's figures are Optuna's own, saved by ``readback.tuning``."""

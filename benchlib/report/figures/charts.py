@@ -1,5 +1,6 @@
-"""Figures of measured figures: a metric per configuration, a step-time distribution, a batch sweep and a
-knob's scaling. Rooflines are in ``figures.roofline``; profiles in ``figures.profile``.
+"""Figures of measured figures: a metric per configuration, a step-time distribution, a batch sweep, a knob's
+scaling, and a ``benchmark()`` result's throughput bars. Rooflines are in ``figures.roofline``; profiles in
+``figures.profile``.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..evidence.selection import device_label, ok_rows
@@ -150,4 +152,41 @@ def scaling(table: pd.DataFrame, knob: str, figures_dir: str | Path) -> plt.Figu
     legend_outside(axes[1])
     fig.tight_layout()
     save(fig, figures_dir, f"scaling_{knob}")
+    return fig
+
+
+def throughput_bars(good: pd.DataFrame, labels: list[str]) -> Figure | None:
+    """Training samples/s per configuration of ``good`` (named by ``labels``; samples over the summed step times),
+    whiskers as wide relative to it as the middle half of its step times is relative to their median, the roof
+    share beside: a ``benchmark()`` result's one figure."""
+    if good.empty or "train_samples_per_s" not in good:
+        return None
+    keep = pd.to_numeric(good["train_samples_per_s"], errors="coerce").notna().to_numpy()
+    good, labels = good[keep], [label for label, k in zip(labels, keep) if k]
+    if good.empty:
+        return None
+    value = pd.to_numeric(good["train_samples_per_s"], errors="coerce").to_numpy(float)
+    step = pd.to_numeric(good["train_step_s_median"], errors="coerce").to_numpy(float)
+    half_iqr = pd.to_numeric(good.get("train_step_s_iqr"), errors="coerce").to_numpy(float) / 2
+    # the spread of the steps as a relative band around the throughput (which is over the mean step)
+    low = np.where(np.isfinite(half_iqr), value * step / (step + half_iqr), value)
+    high = np.where(np.isfinite(half_iqr) & (step > half_iqr), value * step / np.maximum(step - half_iqr, 1e-12),
+                    value)
+    fig = Figure(figsize=(5.6, 0.45 * len(labels) + 1.3))
+    ax = fig.subplots()
+    y = np.arange(len(labels))
+    ax.barh(y, value, color=OKABE_ITO[0], height=0.6)
+    ax.errorbar(value, y, xerr=[np.clip(value - low, 0, None), np.clip(high - value, 0, None)], fmt="none",
+                ecolor="black", capsize=3, linewidth=1)
+    roof = pd.to_numeric(good.get("roof_fraction"), errors="coerce").to_numpy(float)
+    for i, share in enumerate(roof):
+        if np.isfinite(share):
+            ax.annotate(f" {fmt.percent_text(share)} of roof", (max(high[i], value[i]), i), va="center", fontsize=7)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, float(np.nanmax(high)) * 1.35)
+    ax.set_xlabel("training throughput (samples/s); whiskers: middle half of the step times", fontsize=8)
+    model, device = str(good["model"].iloc[0]), str(good["hardware"].iloc[0])
+    ax.set_title(f"{model} on {device}", fontsize=9)
+    fig.tight_layout()
     return fig
