@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchlib.cli import main
@@ -53,9 +54,13 @@ def test_variant_speedups_against_default(rows):
     _, out = rows
     table = variant_speedups(read_results([out])).set_index("variant")
     assert table.loc["cpu-default", "latency_speedup_bs1"] == pytest.approx(1.0)
-    assert table.loc["cpu-default", "latency_bs1_verdict"] == "same"
-    assert "x [" in table.loc["cpu-quantized", "latency_bs1"], "each ratio shows its interval"
-    assert table.loc["cpu-quantized", "latency_bs1_verdict"] in ("faster", "slower", "same", "inconclusive")
+    assert table.loc["cpu-default", "latency_bs1_verdict"] == "baseline", "the unit is not compared with itself"
+    assert "x [" in table.loc["cpu-quantized", "infer_throughput"], "each ratio shows its interval"
+    assert table.loc["cpu-quantized", "infer_throughput_verdict"] in ("faster", "slower", "same", "inconclusive")
+    # 3 batch-1 repeats are too few for a p50 interval: each row refused its p50, so no ratio is made up
+    assert np.isnan(table.loc["cpu-quantized", "latency_speedup_bs1"])
+    assert table.loc["cpu-quantized", "latency_bs1_verdict"] == "unknown"
+    assert "refused by its own row (too few samples" in table.loc["cpu-quantized", "latency_bs1_note"]
     assert table.loc["cpu-quantized", "baseline"] == "cpu-default"
     assert table.loc["cpu-quantized", "model_size_ratio"] < 0.4
     assert "gpu-amp" not in table.index, "skipped rows are not compared"

@@ -116,6 +116,10 @@ def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd
             rec: dict[str, Any] = {"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3],
                                    "variant": variant, "baseline": baseline}
             for column, (metric, label) in VARIANT_RATIOS.items():
+                if variant == baseline:  # the baseline is the unit, not a comparison with itself
+                    rec.update({column: 1.0, f"{label}_verdict": "baseline", f"{label}_level": "",
+                                f"{label}_note": "", label: "baseline"})
+                    continue
                 c = compare_rows(rows, base_rows, metric, reader)
                 rec[column] = c.ratio
                 rec[f"{label}_verdict"] = c.verdict
