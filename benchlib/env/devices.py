@@ -1,6 +1,7 @@
 """One code path for cpu, cuda, cuda:N and mps: resolving, checking and synchronizing devices."""
 from __future__ import annotations
 
+import os
 import platform
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -97,7 +98,14 @@ def cpu_model_name() -> str:
 
 
 def _cpu_bf16_supported() -> bool:
-    """oneDNN's own check for native bf16 kernels; True when torch cannot tell (run it rather than refuse)."""
+    """oneDNN's own check for native bf16 kernels; True when torch cannot tell (run it rather than refuse).
+
+    ``BENCHLIB_CPU_BF16=off`` (or ``on``) overrides the answer, in this process and those it starts: it lets a
+    user and the suite see what a CPU without bf16 kernels gives, on a CPU that has them.
+    """
+    forced = os.environ.get("BENCHLIB_CPU_BF16")
+    if forced in ("on", "off"):
+        return forced == "on"
     check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
     try:
         return bool(check()) if check is not None else True
