@@ -151,6 +151,23 @@ def test_fp16_training_on_cpu_is_refused_with_the_bf16_hint():
     assert reason == "fp16 autocast training is not supported on CPU; use amp_bf16"
 
 
+@pytest.mark.parametrize("forced", ["off", "on", None, "maybe"])
+def test_bf16_on_a_cpu_is_refused_only_where_its_probe_finds_no_bf16_kernels(monkeypatch, forced):
+    """BENCHLIB_CPU_BF16 fakes the probe either way, so both answers are checked on every CPU; unset (or any
+    other value) it is oneDNN's answer."""
+    from benchlib.env.devices import bf16_supported
+
+    monkeypatch.delenv("BENCHLIB_CPU_BF16", raising=False)
+    onednn = bf16_supported("cpu")
+    if forced is not None:
+        monkeypatch.setenv("BENCHLIB_CPU_BF16", forced)
+    has = {"off": False, "on": True}.get(forced, onednn)
+    assert bf16_supported("cpu") is has
+    reason = unsupported_reason(Knobs(precision="amp_bf16"), "cpu", training=True)
+    assert reason == (None if has else "this CPU has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32")
+    assert unsupported_reason(Knobs(precision="amp_bf16"), "cpu", training=False) == reason
+
+
 def test_quantization_on_cuda_is_refused():
     for device_type in ("cuda", "cuda:1", "mps"):
         assert unsupported_reason(K("cpu-quantized"), device_type, training=False) == \
