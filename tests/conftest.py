@@ -213,7 +213,7 @@ def quiet_check(window: HostLoad | None = None, *, interfered: bool | None = Non
         seen = window.busy(HOST_BUSY_PCT / 2) if window is not None else None
         if interfered and (window is None or seen):
             also = f" (this test's own window: {seen})" if seen else ""
-            _skip(f"host busy: benchlib measured that {said}{also}; this check needs a quiet machine")
+            _skip(f"host not quiet: benchlib measured that {said}{also}; this check needs a quiet machine")
         if interfered is None and seen:
             _skip(f"host busy during the test: {seen}; this check needs a quiet machine")
         raise

@@ -30,7 +30,7 @@ def test_the_words_name_the_load_and_the_threshold():
 
 def test_a_failed_check_skips_in_benchlibs_words_where_it_saw_a_busy_host():
     said = "other processes used 60% of the 2 usable CPUs (threshold 10%)"
-    with pytest.raises(pytest.skip.Exception, match="host busy: benchlib measured that other processes used 60%"):
+    with pytest.raises(pytest.skip.Exception, match="host not quiet: benchlib measured that other processes used 60%"):
         with quiet_check(interfered=True, said=said):
             raise AssertionError("percentiles refused")
     with pytest.raises(pytest.skip.Exception, match=r"this test's own window: other processes used 40%"):
