@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, host_load, quiet_check
 
 from benchlib.roofline.cache import ensure_ceilings, raised, remeasure_ceilings, save_ceilings
 from benchlib.roofline.ceilings import measure_watched
@@ -39,9 +39,12 @@ def test_a_ceiling_measured_beside_a_hog_says_so():
     assert loaded.interfered is True and "other processes used" in loaded.interference
     # Once the hog is gone a measurement is quiet; the machine's own writeback (a fresh CI clone has just
     # written gigabytes) may still take a core for a moment, so up to three tries, one of which must be quiet.
-    tries = [measure_watched("cpu", dtypes=["fp32"], **SMALL) for _ in range(3)]
+    # Where other processes keep the host busy no try can be quiet: that half skips with benchlib's words.
+    with host_load() as window:
+        tries = [measure_watched("cpu", dtypes=["fp32"], **SMALL) for _ in range(3)]
     quiet = next((q for q in tries if q.interfered is False), None)
-    assert quiet is not None, [q.interference for q in tries]
+    with quiet_check(window, interfered=all(q.interfered for q in tries), said=tries[-1].interference):
+        assert quiet is not None, [q.interference for q in tries]
     merged = best_of([loaded, quiet])
     assert merged.interfered is False, "one quiet attempt makes the maximum sound"
     assert merged.peak_flops_per_s["fp32"] == max(loaded.peak_flops_per_s["fp32"], quiet.peak_flops_per_s["fp32"])

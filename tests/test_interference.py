@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, host_load, quiet_check
 
 from benchlib.env.threads import usable_cpu_ids
 from benchlib.instruments import interference
@@ -88,15 +88,7 @@ def _row() -> dict:
     return measured_row(measured)
 
 
-def test_a_run_beside_a_cpu_hog_is_flagged_and_a_quiet_one_is_not():
-    quiet = _row()
-    assert quiet["interfered"] is False, quiet["interference"]
-    assert quiet["interference_cpu_pct"] is not None and quiet["loadavg_1m_before"] is not None
-    # the machine's own drift is read from the same run's steps (whether it drifted depends on the host)
-    assert quiet["train_step_drift_pct"] >= 0 and 0 <= quiet["train_step_drift_p"] <= 1
-    assert quiet["machine_drifted"] in (True, False) and -1 <= quiet["train_step_autocorr"] <= 1
-    assert (quiet["machine_drift"] is None) == (not quiet["machine_drifted"])
-
+def test_a_run_beside_a_cpu_hog_is_flagged():
     loop = "import time\nend = time.time() + 120\nwhile time.time() < end: pass\n"
     hog = subprocess.Popen([sys.executable, "-c", loop])  # a child, but not a DataLoader worker: another process
     try:
@@ -109,6 +101,21 @@ def test_a_run_beside_a_cpu_hog_is_flagged_and_a_quiet_one_is_not():
     share = 100.0 / len(usable_cpu_ids())  # one busy core's share of the usable ones
     assert loaded["interference_cpu_pct"] > 0.5 * share, loaded["interference"]
     assert "other processes used" in loaded["interference"]
+    assert loaded["interference_cpu_pct"] is not None and loaded["loadavg_1m_before"] is not None
+    # the machine's own drift is read from the same run's steps (whether it drifted depends on the host)
+    assert loaded["train_step_drift_pct"] >= 0 and 0 <= loaded["train_step_drift_p"] <= 1
+    assert loaded["machine_drifted"] in (True, False) and -1 <= loaded["train_step_autocorr"] <= 1
+    assert (loaded["machine_drift"] is None) == (not loaded["machine_drifted"])
+
+
+@pytest.mark.quiet
+def test_a_quiet_run_is_not_flagged():
+    """The other half of the hog's test: only a quiet host can show it, so a busy one skips with the load."""
+    with host_load() as window:
+        quiet = _row()
+    with quiet_check(window, interfered=quiet["interfered"], said=quiet["interference"]):
+        assert quiet["interfered"] is False, quiet["interference"]
+    assert quiet["interference_cpu_pct"] is not None and quiet["loadavg_1m_before"] is not None
 
 
 def _spin(seconds: float) -> None:
@@ -117,19 +124,22 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@pytest.mark.quiet
 def test_dataloader_style_workers_count_as_this_process():
     """A multiprocessing child (how DataLoader workers start) is the run's own CPU, not interference."""
     ctx = multiprocessing.get_context("fork")
-    with TelemetrySampler(0.1, gpus=False) as sampler:
+    with host_load() as window, TelemetrySampler(0.1, gpus=False) as sampler:
         sampler.set_phase("train")
         worker = ctx.Process(target=_spin, args=(1.5,))
         worker.start()
         worker.join()
     frame = sampler.result.frame
-    own = pd.to_numeric(frame["proc_cpu_util_pct"], errors="coerce").dropna()
-    assert own.mean() > 60.0 * 1.5 / (1.5 + 0.2), own.tolist()  # the worker's busy core is ours
     got = interference.measure(frame, [0] if len(usable_cpu_ids()) == 1 else usable_cpu_ids())
-    assert got.interfered is False, got.describe()
+    own = pd.to_numeric(frame["proc_cpu_util_pct"], errors="coerce").dropna()
+    with quiet_check(window, interfered=got.interfered, said=got.describe()):
+        assert got.interfered is False, got.describe()
+    with quiet_check(window):  # a busy host starves the worker of its core
+        assert own.mean() > 60.0 * 1.5 / (1.5 + 0.2), own.tolist()  # the worker's busy core is ours
 
 
 def _busy_peer(seconds: float) -> subprocess.Popen:
@@ -153,10 +163,14 @@ def _interference_beside_a_busy_peer(peer_is_ours: bool) -> float:
     return got.cpu_pct
 
 
+@pytest.mark.quiet
 def test_a_data_parallel_peer_rank_counts_as_the_runs_own_cpu():
     """The other ranks of a data-parallel run on this machine are the run, not interference; any other
-    process is. Compared side by side, so load from elsewhere lands on both figures."""
-    ours = _interference_beside_a_busy_peer(peer_is_ours=True)
-    theirs = _interference_beside_a_busy_peer(peer_is_ours=False)
+    process is. Compared side by side, so steady load from elsewhere lands on both figures; load that comes
+    and goes lands on one, and a busy host starves the peer of the core it should show."""
+    with host_load() as window:
+        ours = _interference_beside_a_busy_peer(peer_is_ours=True)
+        theirs = _interference_beside_a_busy_peer(peer_is_ours=False)
     one_core_pct = 100 / len(usable_cpu_ids())
-    assert theirs - ours > one_core_pct * 0.5, (ours, theirs)
+    with quiet_check(window):
+        assert theirs - ours > one_core_pct * 0.5, (ours, theirs)

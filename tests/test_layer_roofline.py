@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+from conftest import host_load, quiet_check
 from torch import nn
 
 from benchlib.cli import main
@@ -78,8 +79,9 @@ def test_the_optimizers_step_is_a_row_of_its_own_counted_in_steady_state(momentu
 
 
 def test_layers_json_has_the_columns_the_checks_and_flops_that_sum_to_the_models(tmp_path, capsys):
-    code = main(["-q", "layers", "--model", "resnet18", "--data", "synthetic", "--batch-size", "8", "--image-size",
-                 "32", "--steps", "2", "--block", "1", "--json", "--results-dir", str(tmp_path)])
+    with host_load() as window:
+        code = main(["-q", "layers", "--model", "resnet18", "--data", "synthetic", "--batch-size", "8",
+                     "--image-size", "32", "--steps", "2", "--block", "1", "--json", "--results-dir", str(tmp_path)])
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     layers = pd.DataFrame(data["layers"])
@@ -89,7 +91,9 @@ def test_layers_json_has_the_columns_the_checks_and_flops_that_sum_to_the_models
     assert data["flops_total"] == pytest.approx(data["model_flops"], rel=0.01)
     placed = layers[layers["layer"] != UNATTRIBUTED]
     assert placed["flops"].sum() == pytest.approx(data["model_flops"], rel=0.01)
-    assert 0.5 < data["coverage"] < 1.5 and data["steps"] == 2
+    assert data["steps"] == 2
+    with quiet_check(window):  # profiled and plain steps of two each: load that comes and goes lands on one side
+        assert 0.5 < data["coverage"] < 1.5, data["coverage"]
     forward = placed[placed["phase"] == "forward"].set_index("layer")
     assert forward.loc["layer1.0.conv1", "bound"] == "compute" and forward.loc["layer1.0.bn1", "bound"] == "memory"
     assert data["predicted_step_s"] > 0 and 0 < data["efficiency"]
@@ -205,6 +209,9 @@ def test_a_precision_without_a_measured_roof_is_refused_in_one_line(tmp_path, mo
     from benchlib.roofline.measured import Ceilings
     from benchlib.run import layers as run_layers
 
+    # The CPU runs bf16 as far as the knobs can tell, but its ceilings hold no bf16 roof: this is the ceilings'
+    # refusal, on every CPU (without bf16 kernels the knobs' own refusal would come first)
+    monkeypatch.setenv("BENCHLIB_CPU_BF16", "on")
     no_bf16 = Ceilings("cpu", "cpu", peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=1e10,
                        skipped_dtypes={"bf16": "no native bf16 on this cpu"})
     monkeypatch.setattr(run_layers, "ensure_ceilings", lambda *args, **kwargs: no_bf16)
@@ -214,3 +221,14 @@ def test_a_precision_without_a_measured_roof_is_refused_in_one_line(tmp_path, mo
     assert code == 2 and err.count("\n") == 1, err
     assert "layers: no measured bf16 roof on cpu (no native bf16 on this cpu); allowed: a precision whose roof " \
            "was measured here: fp32" in err
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="product bug: benchlib layers lets the knobs' "
+                   "SkippedConfiguration (not a BenchlibError) out as a traceback; so do run --no-save and profile")
+def test_a_precision_this_cpu_cannot_run_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BENCHLIB_CPU_BF16", "off")  # a CPU without bf16 kernels, on every CPU
+    code = main(["layers", "--model", "resnet18", "--data", "synthetic", "--batch-size", "8", "--results-dir",
+                 str(tmp_path), "--set", "precision=amp_bf16"])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and err.count("\n") == 1, err
+    assert "this CPU has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32" in err

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from conftest import HostLoad, host_load, quiet_check
 from torch.autograd import DeviceType
 
 from benchlib.errors import ConfigError
@@ -42,9 +43,17 @@ def _tiny(hardware: str = "cpu") -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory) -> tuple[ProfileResult, Path]:
+def profiling(tmp_path_factory) -> tuple[ProfileResult, Path, HostLoad]:
+    """The profiled run, and the load other processes put on the host while it ran."""
     out = tmp_path_factory.mktemp("profile")
-    return profile_training(_tiny(), out, wait=1, warmup=1, active=ACTIVE, top_n=TOP_N), out
+    with host_load() as window:
+        result = profile_training(_tiny(), out, wait=1, warmup=1, active=ACTIVE, top_n=TOP_N)
+    return result, out, window
+
+
+@pytest.fixture(scope="module")
+def profiled(profiling) -> tuple[ProfileResult, Path]:
+    return profiling[0], profiling[1]
 
 
 # ---------------------------------------------------------------- one profiled CPU run
@@ -103,7 +112,7 @@ def test_steps_table(profiled):
     assert (steps[["forward_us", "backward_us"]] > 0).all().all()
 
 
-def test_breakdown(profiled):
+def test_breakdown(profiled, profiling):
     result = profiled[0]
     b = result.breakdown
     assert tuple(b["category"]) == HOST_CATEGORIES, "a CPU run: its host time split by the step's regions"
@@ -112,7 +121,8 @@ def test_breakdown(profiled):
     assert b["time_us"].sum() == pytest.approx(result.steps["step_time_us"].sum(), rel=1e-9)
     times = b.set_index("category")["time_us"]
     assert times[["forward", "backward", "optimizer"]].min() > 0, "each phase of the step measured"
-    assert times["backward"] > times["optimizer"], "resnet's backward outweighs SGD's update"
+    with quiet_check(profiling[2]):  # host time: where other processes take the cores, a phase waits for one
+        assert times["backward"] > times["optimizer"], "the backward outweighs SGD's update"
     assert times["forward"] == pytest.approx(result.steps["forward_us"].sum(), rel=0.01)
     assert times["data_loading"] == pytest.approx(result.steps["data_wait_us"].sum())
 
