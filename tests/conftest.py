@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 
 import pytest
 import torch
 
 os.environ.setdefault("BENCHLIB_MACHINE", "testmachine")
+# What is measured of the machine (ceilings, the noise floor) is kept in a machine cache (store/machine_cache.py):
+# the tests, and the processes they start, keep theirs in a folder of this session's, never the user's.
+os.environ["BENCHLIB_CACHE"] = tempfile.mkdtemp(prefix="benchlib-test-cache-")
 
 # Tuning is an extra (benchlib[tune]): where optuna is missing (the torch floor's environment, a core install)
 # its tests skip with the reason, and the rest of the suite runs.

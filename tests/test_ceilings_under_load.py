@@ -20,6 +20,12 @@ from benchlib.store.rows import stored_rows
 SMALL = dict(matmul_size=256, copy_bytes=8 * 2**20, repeats=3, warmup=1)
 
 
+@pytest.fixture(autouse=True)
+def _own_machine_cache(monkeypatch, tmp_path):
+    """Each test measures: no roof from the session's machine cache stands in for it."""
+    monkeypatch.setenv("BENCHLIB_CACHE", str(tmp_path / "machine-cache"))
+
+
 def _busy(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
                                                    "while time.time() < end: pass\n"])
