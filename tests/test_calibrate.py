@@ -222,9 +222,18 @@ def test_a_study_calibrates_once_per_device_type_and_goes_on_when_it_fails(tmp_p
 
 
 def test_the_study_file_key():
-    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8]}
-    assert parse_study(base, "x").calibrate is True, "on by default"
+    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18", "mobilenet_v2"], "batch_sizes": [8]}
+    assert parse_study(base, "x").calibrate is None, "by default: when a comparison needs it"
+    assert parse_study(base, "x").floor_needed() is None, "models compared, none of the study's own comparisons"
+    assert parse_study({**base, "calibrate": True}, "x").floor_needed() == "calibrate: true"
     assert parse_study({**base, "calibrate": False}, "x").calibrate is False
+    variants = {**base, "variants": ["cpu-default", "cpu-quantized"]}
+    assert parse_study(variants, "x").floor_needed() == "2 variants compared at one run a side"
+    assert parse_study({**variants, "calibrate": False}, "x").floor_needed() is None
+    assert parse_study({**variants, "repeats": 3}, "x").floor_needed() is None, "runs compared with runs"
+    several = {**base, "batch_sizes": [8, 16], "sweep": {"threads": [1, 2]}}
+    assert parse_study(several, "x").floor_needed() == ("2 batch sizes, 2 values of threads compared at one run a "
+                                                        "side")
     with pytest.raises(ConfigError, match="key 'calibrate' is 'yes'; allowed: true or false"):
         parse_study({**base, "calibrate": "yes"}, "x")
 

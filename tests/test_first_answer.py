@@ -1,0 +1,79 @@
+"""The first answer comes fast (issue 36): a complete study measures nothing and starts no kernel, and a page
+made from unchanged files is kept."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from benchlib.pipeline import calibrate, publish
+from benchlib.pipeline import study as study_pipeline
+from benchlib.run.outcome import unmeasured_row
+from benchlib.spec.study import parse_study
+from benchlib.store.layout import ReportLayout, ResultsLayout
+from benchlib.store.rows import write_row
+
+TINY = {"dataset": "digits", "image_size": 32, "train_subset": 64, "test_subset": 32, "train_steps": 2,
+        "warmup_steps": 1, "latency_repeats": 3, "latency_budget_s": 0, "infer_warmup_batches": 1}
+
+
+def _never(what: str):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{what} in a study whose every row is complete")
+    return fail
+
+
+@pytest.fixture
+def nothing_heavy(monkeypatch):
+    """Every measurer and every kernel made to fail the test that reaches it."""
+    monkeypatch.setattr(study_pipeline, "ensure_ceilings", _never("ceilings made ready"))
+    monkeypatch.setattr(study_pipeline, "remeasure_ceilings", _never("ceilings measured"))
+    monkeypatch.setattr(calibrate, "measure_noise_floor", _never("a calibration"))
+    monkeypatch.setattr(study_pipeline, "execute", _never("a kernel started"))
+
+
+def test_a_complete_study_measures_nothing_and_starts_no_kernel(tmp_path, monkeypatch, nothing_heavy, capsys):
+    monkeypatch.setenv("BENCHLIB_CACHE", str(tmp_path / "machine-cache"))  # an empty one: no floor to copy in
+    cfg = parse_study({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1", "resnet18"],
+                       "batch_sizes": [4, 8], "calibrate": True, "profile": False, **TINY}, "s.yaml")
+    assert cfg.floor_needed() == "calibrate: true" and cfg.ceilings_at_end
+    results = tmp_path / "results" / "s"
+    for c in cfg.all_configs():
+        write_row(results, unmeasured_row(c, "skipped", "recorded by the test", os.environ["BENCHLIB_MACHINE"]))
+    outcome = study_pipeline.run_study(cfg, results_root=tmp_path / "results", reports_root=tmp_path / "reports",
+                                       summary=False)
+    assert (outcome.pairs_run, outcome.pairs_skipped, outcome.pairs_failed) == (0, 2, 0)
+    said = capsys.readouterr().err
+    assert "noise floor of cpu: none measured (calibrate: true, but this run measured no row)" in said
+    assert not (results / "ceilings").exists() and not (results / "noise_floor").exists()
+
+
+def test_a_page_made_from_the_same_files_is_kept(tmp_path, monkeypatch):
+    cfg = parse_study({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1"], "batch_sizes": [4],
+                       **TINY}, "s.yaml")
+    results = tmp_path / "results" / "s"
+    (row,) = cfg.all_configs()
+    write_row(results, unmeasured_row(row, "skipped", "recorded by the test", "m"))
+    report = ReportLayout(tmp_path / "reports" / "s")
+    kernels: list[object] = []
+    monkeypatch.setattr(study_pipeline, "execute", lambda *args, **kwargs: kernels.append(args[0]))
+
+    def summary() -> None:
+        html = study_pipeline.summarize([results], report.root, title="t", reuse=True)
+        html.write_text("<html></html>")  # what render_html writes from the executed notebook the fake leaves out
+
+    summary()
+    assert len(kernels) == 1 and report.inputs_stamp("summary").is_file()
+    summary()
+    assert len(kernels) == 1, "the same rows, rules, ceilings and floors: the page is kept, no kernel starts"
+    (results / "results.csv").write_text("rewritten")  # what the page itself writes is no input of it
+    summary()
+    assert len(kernels) == 1
+    path = ResultsLayout.of(results).row_files()[0]
+    later = time.time_ns() + 10**9
+    os.utime(path, ns=(later, later))  # a row written again
+    summary()
+    assert len(kernels) == 2, "a row changed: the page is made again"
+    assert publish.page_inputs([results], "summary", "t", "") != publish.page_inputs([results], "summary", "u", ""), \
+        "another title, another page"
