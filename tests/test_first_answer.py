@@ -1,14 +1,18 @@
-"""The first answer comes fast (issue 36): a complete study measures nothing and starts no kernel, and a page
-made from unchanged files is kept."""
+"""The first answer comes fast (issue 36): a complete study measures nothing and starts no kernel, a page made
+from unchanged files is kept, and a name that is not a model is refused in one line with the nearest one."""
 from __future__ import annotations
 
 import os
 import time
 
 import pytest
+import yaml
 
+from benchlib.cli import main
+from benchlib.errors import ConfigError
 from benchlib.pipeline import calibrate, publish
 from benchlib.pipeline import study as study_pipeline
+from benchlib.pipeline.own_model import plan_benchmark
 from benchlib.run.outcome import unmeasured_row
 from benchlib.spec.study import parse_study
 from benchlib.store.layout import ReportLayout, ResultsLayout
@@ -77,3 +81,29 @@ def test_a_page_made_from_the_same_files_is_kept(tmp_path, monkeypatch):
     assert len(kernels) == 2, "a row changed: the page is made again"
     assert publish.page_inputs([results], "summary", "t", "") != publish.page_inputs([results], "summary", "u", ""), \
         "another title, another page"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["run", "--model", "resnet81", "--data", "synthetic"],
+     "command line: --model 'resnet81' is unknown (did you mean 'resnet18'?); allowed: a torchvision name"),
+    (["profile", "--model", "mobilenetv2"], "(did you mean 'mobilenet_v2'?)"),
+    (["flops", "--model", "densenet"], "(did you mean 'densenet121'?)"),
+    (["study", "nope.yaml"], "nope.yaml: params file not found"),
+])
+def test_refusals_are_one_line_with_the_nearest_name(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("benchlib: error: ") and words in err, err
+
+
+def test_a_study_file_and_benchmark_suggest_the_nearest_model(tmp_path, capsys):
+    params = tmp_path / "s.yaml"
+    params.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["resnet81"],
+                                      "batch_sizes": [8]}))
+    for command in ("study", "compare", "sweep"):
+        assert main([command, str(params)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "key 'models' has 'resnet81' (did you mean 'resnet18'?)" in err, err
+    with pytest.raises(ConfigError, match=r"^benchmark: model 'resnet81' is not a model reference \(did you mean "
+                                          r"'resnet18'\?\); allowed: "):
+        plan_benchmark("resnet81")
