@@ -3,13 +3,16 @@
 A results folder keeps the ceilings its rows were placed under (``ceilings/<machine>__<device>.json``), so its
 report is self-contained. Where a folder has none, the machine cache's are copied in; only where neither
 describes this device, torch build and driver (the fingerprint, ``env.fingerprint``) are they measured, and
-then saved to both. A roof measured while other work interfered is measured again on next use.
+then saved to both. A roof measured while other work interfered is measured again on next use, once
+``RETRY_INTERFERED_S`` have passed.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import warnings
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 
@@ -22,6 +25,12 @@ from ..store.layout import ResultsLayout
 from ..store.machine_cache import fingerprint_change, machine_cache
 from .ceilings import METHOD_VERSION, _resolve_device, measure_ceilings_robust, measure_watched
 from .measured import Ceilings, best_of, read_ceilings
+
+# A roof measured while other work ran is measured again on next use, but not within this many seconds of its
+# measurement: on a host busy for minutes, measuring again at once meets the same load and costs seconds of every
+# configuration (under a load of 11 on this project's 2-core VM, each of one benchmark() call's two
+# configurations measured the roof again, three attempts each: 129 s for what takes 15 s quiet).
+RETRY_INTERFERED_S = 600
 
 
 def save_ceilings(ceilings: Ceilings, results_dir: str | Path) -> Path:
@@ -79,10 +88,29 @@ def _save(ceilings: Ceilings, results_dir: str | Path, dev: torch.device, *, kee
     return ceilings
 
 
+def _age_s(measured_utc: str) -> float | None:
+    try:
+        when = dt.datetime.fromisoformat(measured_utc.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    return (dt.datetime.now(dt.timezone.utc) - when).total_seconds()
+
+
+def settled(ceilings: Ceilings | None) -> TypeGuard[Ceilings]:
+    """Usable as they are: measured while nothing else ran, or under interference less than RETRY_INTERFERED_S
+    ago (measured again at once, they would meet the same load)."""
+    if ceilings is None:
+        return False
+    if not ceilings.interfered:
+        return True
+    age = _age_s(ceilings.measured_utc)
+    return age is not None and 0 <= age < RETRY_INTERFERED_S
+
+
 def _kept(dev: torch.device) -> Ceilings | None:
-    """The machine cache's ceilings of ``dev``, where they describe it and no other work interfered."""
-    kept = _cached(machine_cache().ceilings_path(machine_name(), str(dev)), dev, kept=True)
-    return kept if kept is not None and not kept.interfered else None
+    """The machine cache's ceilings of ``dev``, where they describe it."""
+    return _cached(machine_cache().ceilings_path(machine_name(), str(dev)), dev, kept=True)
 
 
 def ensure_ceilings(results_dir: str | Path, device: str | torch.device,
@@ -90,16 +118,17 @@ def ensure_ceilings(results_dir: str | Path, device: str | torch.device,
     """This machine's ceilings for ``device`` in ``results_dir``: the folder's own, else the machine cache's
     (copied in), else measured and saved to both.
 
-    Ceilings measured while other work interfered are measured again, keeping the higher of each figure (a roof
-    is a maximum: a busy machine only ever lowers it). ``progress`` hears where they came from.
+    Ceilings measured while other work interfered are measured again (once RETRY_INTERFERED_S have passed),
+    keeping the higher of each figure (a roof is a maximum: a busy machine only ever lowers it). ``progress``
+    hears where they came from.
     """
     dev = _resolve_device(device)
     path = ResultsLayout.of(results_dir).ceilings_path(machine_name(), str(dev))
     here = _cached(path, dev)
-    if here is not None and not here.interfered:
+    if settled(here):
         return here
     kept = _kept(dev)
-    if kept is not None:
+    if settled(kept):
         if progress:
             progress(f"ceilings of {dev}: those measured {kept.measured_utc} on this machine (machine cache)")
         return _save(best_of([here, kept]) if here is not None else kept, results_dir, dev, keep=here is not None)
@@ -107,8 +136,7 @@ def ensure_ceilings(results_dir: str | Path, device: str | torch.device,
         progress(f"measuring the roofline ceilings of {dev} (matmul and convolution per dtype, copy bandwidth)")
     if here is not None:
         warnings.warn(f"re-measuring ceilings in {path}: {here.interference}", stacklevel=2)
-        return _save(best_of([here, measure_ceilings_robust(dev)]), results_dir, dev)
-    return _save(measure_ceilings_robust(dev), results_dir, dev)
+    return _save(best_of([c for c in (here, kept, measure_ceilings_robust(dev)) if c is not None]), results_dir, dev)
 
 
 def remeasure_ceilings(results_dir: str | Path, device: str | torch.device) -> tuple[Ceilings, Ceilings | None]:
