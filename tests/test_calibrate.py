@@ -265,6 +265,7 @@ def test_the_command_prints_the_floor_per_thread_count_and_metric(tmp_path, caps
     assert "1.5 min" in out and "the runs' figures" in out and "floor %" in out
     assert "1 thread: 500 ms, 550 ms, 600 ms; 2 threads: 250 ms, 275 ms, 300 ms" in out, "the runs' figures"
     assert (tmp_path / "noise_floor" / f"{MACHINE}__cpu.json").is_file()
+    assert machine_cache().noise_floor_path(MACHINE, "cpu").is_file(), "every results folder of the machine finds it"
     assert main(["calibrate", "--results-dir", str(tmp_path), "--runs", "3", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["machine"] == MACHINE and record["values"]["1"]["train_step_s"][0] == pytest.approx(0.5)

@@ -294,6 +294,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..instruments.run_to_run import floor_pcts
     from ..pipeline.calibrate import measure_noise_floor, thread_counts
     from ..report.evidence import floors
+    from ..store.machine_cache import machine_cache
     from ..store.noise_floor import save_noise_floor
 
     device = _device_argument(args.device)
@@ -305,6 +306,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ConfigError(f"command line: --threads {n}; allowed: 1..{most} (twice the CPUs this process may use)")
     counts = thread_counts(device, args.threads)
     floor = measure_noise_floor(device, runs=args.runs, threads=counts, progress=Progress().line)
+    save_noise_floor(floor, machine_cache().root)  # every results folder of this machine finds it there
     path = save_noise_floor(floor, Path(args.results_dir))
     if args.json:
         print(json_text({**floor.to_json(), "floor_pct": floor_pcts(floor), "path": str(path)}))
