@@ -7,6 +7,7 @@ import time
 
 import pytest
 import yaml
+from conftest import seed_ceilings
 
 from benchlib.cli import main
 from benchlib.errors import ConfigError
@@ -51,6 +52,30 @@ def test_a_complete_study_measures_nothing_and_starts_no_kernel(tmp_path, monkey
     said = capsys.readouterr().err
     assert "noise floor of cpu: none measured (calibrate: true, but this run measured no row)" in said
     assert not (results / "ceilings").exists() and not (results / "noise_floor").exists()
+
+
+@pytest.mark.notebook
+def test_a_study_run_again_when_complete_measures_nothing_and_keeps_its_summary(tmp_path, monkeypatch, capsys):
+    """Through the notebooks: the summary a study made is not made again when nothing it shows changed (the
+    summary notebook itself writes no input of its own)."""
+    params = tmp_path / "s.yaml"
+    params.write_text(yaml.safe_dump({"study": "s", "hardware": ["cpu"], "models": ["squeezenet1_1"],
+                                      "batch_sizes": [4], "ceilings_at_end": False, **TINY}))
+    seed_ceilings(tmp_path / "results" / "s")
+    argv = ["study", str(params), "--results-root", str(tmp_path / "results"), "--reports-root",
+            str(tmp_path / "reports")]
+    assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    summary = tmp_path / "reports" / "s" / "summary.html"
+    made = summary.stat().st_mtime_ns
+    capsys.readouterr()
+    for what, attr in (("ensure_ceilings", "ensure_ceilings"), ("remeasure_ceilings", "remeasure_ceilings"),
+                       ("a kernel", "execute")):
+        monkeypatch.setattr(study_pipeline, attr, _never(what))
+    monkeypatch.setattr(calibrate, "measure_noise_floor", _never("a calibration"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "summary: up to date" in err and "1 already complete" in err, err
+    assert summary.stat().st_mtime_ns == made
 
 
 def test_a_page_made_from_the_same_files_is_kept(tmp_path, monkeypatch):
