@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,9 @@ from benchlib.instruments.cpu import cpu_busy_total_s
 from benchlib.instruments.interference import DEFAULT_THRESHOLD_PCT
 
 os.environ.setdefault("BENCHLIB_MACHINE", "testmachine")
+# What is measured of the machine (ceilings, the noise floor) is kept in a machine cache (store/machine_cache.py):
+# the tests, and the processes they start, keep theirs in a folder of this session's, never the user's.
+os.environ["BENCHLIB_CACHE"] = tempfile.mkdtemp(prefix="benchlib-test-cache-")
 
 # Tuning is an extra (benchlib[tune]): where optuna is missing (the torch floor's environment, a core install)
 # its tests skip with the reason, and the rest of the suite runs.

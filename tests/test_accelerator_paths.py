@@ -326,14 +326,25 @@ def test_cached_ceilings_of_another_device_or_torch_are_measured_again(tmp_path,
                         conv_flops_per_s={"fp32": 1e11})
 
     monkeypatch.setattr(cache, "measure_ceilings_robust", fake_measure)
-    first = cache.ensure_ceilings(tmp_path, "cpu")
-    assert cache.ensure_ceilings(tmp_path, "cpu").peak_flops_per_s == first.peak_flops_per_s and len(measured) == 1
-    path = next((tmp_path / "ceilings").glob("*.json"))
-    for stale in ({"device_name": "Another CPU"}, {"torch": "1.0.0"}, {"conv_flops_per_s": {}}):
-        path.write_text(json.dumps({**json.loads(path.read_text()), **stale}))
+    monkeypatch.setenv("BENCHLIB_CACHE", str(tmp_path / "machine-cache"))
+    first = cache.ensure_ceilings(tmp_path / "a", "cpu")
+    for folder in ("a", "b"):  # the same folder again, then a second one: the machine's ceilings, measured once
+        assert cache.ensure_ceilings(tmp_path / folder, "cpu").peak_flops_per_s == first.peak_flops_per_s
+        assert len(measured) == 1, folder
+    assert (tmp_path / "b" / "ceilings").is_dir(), "a second results folder keeps a copy of the machine's"
+    paths = [next((tmp_path / "a" / "ceilings").glob("*.json")), next((tmp_path / "machine-cache" / "ceilings").glob(
+        "*.json"))]
+    for stale in ({"device_name": "Another CPU"}, {"torch": "1.0.0"}, {"conv_flops_per_s": {}},
+                  {"fingerprint": {**first.fingerprint, "cpus": "64"}}):
+        for path in paths:
+            path.write_text(json.dumps({**json.loads(path.read_text()), **stale}))
         with pytest.warns(UserWarning, match="re-measuring ceilings"):
-            cache.ensure_ceilings(tmp_path, "cpu")
-    assert len(measured) == 4
+            cache.ensure_ceilings(tmp_path / "a", "cpu")
+    assert len(measured) == 5
+    paths[1].write_text(json.dumps({**json.loads(paths[1].read_text()), "fingerprint": {}}))
+    with pytest.warns(UserWarning, match="re-measuring ceilings.*without a fingerprint"):
+        cache.ensure_ceilings(tmp_path / "c", "cpu")
+    assert len(measured) == 6, "the machine cache keeps only what says what it was measured under"
 
 
 # ---------------------------------------------------------------- 14. eager fallback is said, not silent

@@ -13,6 +13,7 @@ import torch
 from scipy import stats as scipy_stats
 
 from benchlib.cli import main
+from benchlib.env.fingerprint import fingerprint
 from benchlib.errors import ConfigError
 from benchlib.instruments.run_to_run import floor_pcts
 from benchlib.pipeline import calibrate, publish
@@ -23,6 +24,7 @@ from benchlib.run import record as record_module
 from benchlib.spec.settings import RunConfig
 from benchlib.spec.study import parse_study
 from benchlib.store.layout import ReportLayout, ResultsLayout
+from benchlib.store.machine_cache import machine_cache
 from benchlib.store.noise_floor import (
     FLOOR_METRICS,
     NoiseFloor,
@@ -38,12 +40,18 @@ TINY_CALIBRATION = calibrate.Calibration(
 
 
 @pytest.fixture(autouse=True)
-def _machine(monkeypatch):
+def _machine(monkeypatch, tmp_path):
     monkeypatch.setenv("BENCHLIB_MACHINE", MACHINE)
+    monkeypatch.setenv("BENCHLIB_CACHE", str(tmp_path / "machine-cache"))  # each test's machine cache its own
+
+
+def _here(**change: str) -> dict[str, str]:
+    """This process's fingerprint of the CPU (``change`` replaces some of it)."""
+    return {**fingerprint(torch.device("cpu"), calibrate.METHOD_VERSION), **change}
 
 
 def _floor(*, machine: str = MACHINE, device: str = "cpu", days_old: float = 0.0, torch_version: str | None = None,
-           interfered: bool = False, runs: int = 3, step: float = 0.1) -> NoiseFloor:
+           interfered: bool = False, runs: int = 3, step: float = 0.1, printed: dict | None = None) -> NoiseFloor:
     when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days_old)
     steps = tuple(step * (1 + 0.1 * i) for i in range(runs))
     return NoiseFloor(machine=machine, measured_utc=when.isoformat(timespec="seconds"),
@@ -52,7 +60,7 @@ def _floor(*, machine: str = MACHINE, device: str = "cpu", days_old: float = 0.0
                       interference="other processes used 50% of the 2 usable CPUs" if interfered else "",
                       values={1: {"train_step_s": steps, "infer_samples_per_s": tuple(100.0 + i for i in range(runs))},
                               2: {"train_step_s": tuple(s / 2 for s in steps)}},
-                      device=device)
+                      device=device, fingerprint=_here() if printed is None else printed)
 
 
 def _expected_pct(*groups) -> float:
@@ -89,6 +97,17 @@ def test_a_floor_is_stale_for_each_reason(change, words):
     assert reason is not None and words in reason
 
 
+@pytest.mark.parametrize("change,words", [
+    ({"cpus": "64"}, "measured with usable CPUs 64, not "),
+    ({"cpu_model": "Another CPU"}, "measured on CPU Another CPU, not "),
+    ({"method": "noise-floor-0"}, "measured by method noise-floor-0, not noise-floor-"),
+])
+def test_a_floor_of_another_fingerprint_is_stale(change, words):
+    assert calibrate.stale_reason(_floor(), MACHINE, "cpu", current=_here()) is None
+    reason = calibrate.stale_reason(_floor(printed=_here(**change)), MACHINE, "cpu", current=_here())
+    assert reason is not None and reason.startswith(words), reason
+
+
 def test_an_unreadable_time_is_stale():
     floor = dataclasses.replace(_floor(), measured_utc="yesterday")
     assert "unreadable" in str(calibrate.stale_reason(floor, MACHINE, "cpu"))
@@ -103,7 +122,7 @@ def measured(monkeypatch):
 
     def fake(device, *, runs=5, threads=None, progress=None, calibration=None):
         calls.append((device, runs))
-        return dataclasses.replace(_floor(step=0.5), extra={"new": True})
+        return dataclasses.replace(_floor(step=0.5), extra={"new": True, "call": len(calls)})
 
     monkeypatch.setattr(calibrate, "measure_noise_floor", fake)
     return calls
@@ -112,8 +131,8 @@ def measured(monkeypatch):
 def test_no_floor_is_measured_saved_then_reused(tmp_path, measured):
     folder = tmp_path / "results" / "s"
     first = calibrate.ensure_noise_floor(folder, "cpu", progress=None, runs=4)
-    assert measured == [("cpu", 4)] and first.extra == {"new": True}
-    assert read_noise_floor(ResultsLayout.of(folder).noise_floor_path(MACHINE, "cpu")).extra == {"new": True}
+    assert measured == [("cpu", 4)] and first.extra == {"new": True, "call": 1}
+    assert read_noise_floor(ResultsLayout.of(folder).noise_floor_path(MACHINE, "cpu")).extra == first.extra
     again = calibrate.ensure_noise_floor(folder, "cpu", progress=None)
     assert measured == [("cpu", 4)], "a fresh floor in the folder is not measured again"
     assert again.measured_utc == first.measured_utc
@@ -129,31 +148,71 @@ def test_a_stale_floor_in_the_folder_is_measured_again(tmp_path, measured, stale
     path.write_text(json.dumps(old.to_json()))  # under this machine's name, whatever the record says
     lines: list[str] = []
     calibrate.ensure_noise_floor(folder, "cpu", progress=lines.append)
-    assert len(measured) == 1 and read_noise_floor(path).extra == {"new": True}
+    assert len(measured) == 1 and read_noise_floor(path).extra == {"new": True, "call": 1}
     assert any("not reused" in line for line in lines)
 
 
-def test_a_fresh_floor_beside_the_folder_is_copied_in(tmp_path, measured):
-    save_noise_floor(_floor(days_old=3.0, step=0.2), tmp_path / "results" / "older")
-    save_noise_floor(_floor(days_old=1.0, step=0.3), tmp_path / "results" / "newer")
-    save_noise_floor(_floor(torch_version="0.1", step=0.4), tmp_path / "results" / "foreign")
-    folder = tmp_path / "results" / "s"
-    got = calibrate.ensure_noise_floor(folder, "cpu", progress=None)
-    assert measured == [], "a fresh sibling floor is reused"
-    assert got.values[1]["train_step_s"][0] == pytest.approx(0.3), "the newest fresh sibling"
-    assert read_noise_floor(ResultsLayout.of(folder).noise_floor_path(MACHINE, "cpu")) == got
+def test_a_second_results_folder_finds_the_floor_in_the_machine_cache(tmp_path, measured):
+    first = calibrate.ensure_noise_floor(tmp_path / "results" / "a", "cpu", progress=None)
+    assert read_noise_floor(machine_cache().noise_floor_path(MACHINE, "cpu")) == first, "kept for the machine"
+    lines: list[str] = []
+    second = calibrate.ensure_noise_floor(tmp_path / "results" / "b", "cpu", progress=lines.append)
+    assert measured == [("cpu", 5)], "the second folder measures nothing"
+    assert second == first and read_noise_floor(ResultsLayout.of(tmp_path / "results" / "b").noise_floor_path(
+        MACHINE, "cpu")) == first, "the folder keeps a copy: its report reads its own"
+    assert any("machine cache" in line for line in lines), lines
 
 
-def test_a_stale_floor_beside_the_folder_is_not_reused(tmp_path, measured):
-    save_noise_floor(_floor(days_old=10.0), tmp_path / "results" / "old")
-    calibrate.ensure_noise_floor(tmp_path / "results" / "s", "cpu", progress=None)
-    assert len(measured) == 1
+@pytest.mark.parametrize("printed,kept,words", [
+    ({"torch": "0.1"}, {}, "measured with torch 0.1, not"),
+    ({"cpus": "64"}, {}, "measured with usable CPUs 64, not"),
+    (None, {}, "measured without a fingerprint (an older benchlib)"),
+    ({}, {"days_old": 10.0}, "10 days ago"),
+    ({}, {"interfered": True}, "other work ran"),
+])
+def test_a_changed_fingerprint_or_an_old_floor_in_the_machine_cache_is_measured_again(tmp_path, measured, printed,
+                                                                                      kept, words):
+    save_noise_floor(_floor(printed={} if printed is None else _here(**printed), **kept), machine_cache().root)
+    lines: list[str] = []
+    got = calibrate.ensure_noise_floor(tmp_path / "results" / "s", "cpu", progress=lines.append)
+    assert len(measured) == 1 and got.extra["call"] == 1
+    assert any("machine cache" in line and "not reused" in line and words in line for line in lines), lines
+    assert read_noise_floor(machine_cache().noise_floor_path(MACHINE, "cpu")) == got, "the cache holds the new one"
+
+
+def test_without_measuring_a_missing_floor_is_none(tmp_path, measured):
+    assert calibrate.ensure_noise_floor(tmp_path / "s", "cpu", progress=None, measure=False) is None
+    assert measured == [] and not (tmp_path / "s" / "noise_floor").exists()
+
+
+def test_the_estimate_comes_from_the_runs_so_far():
+    counts = (1, 2)
+    assert calibrate.estimate_line([(1, 35.0)], counts, 10) == ("calibrating: 10 runs, about 35 s each from the "
+                                                                "first: about 6 minutes")
+    # once each thread count has run, each is estimated from its own runs: 4 more at 20 s, 4 more at 60 s
+    assert calibrate.time_left_s([(1, 20.0), (2, 60.0)], counts, 10) == pytest.approx(320.0)
+    assert calibrate.estimate_line([(1, 20.0), (2, 60.0)], counts, 10) == "about 5 minutes left"
+    assert calibrate.estimate_line([(1, 10.0)] * 2, (1,), 3) == "10 s left"
+    assert calibrate.duration_text(89) == "89 s" and calibrate.duration_text(150) == "about 2 minutes"
+
+
+def test_a_calibration_says_how_long_it_will_take_after_its_first_run(monkeypatch):
+    clock = iter(range(0, 10_000, 30))  # every reading of the clock 30 s after the last
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(calibrate, "run_once", lambda *a, **k: {"status": "ok", "train_step_s_median": 0.1})
+    lines: list[str] = []
+    calibrate.measure_noise_floor("cpu", runs=3, threads=[1, 2], progress=lines.append)
+    assert lines[0].startswith("noise floor of cpu: 3 fresh runs at 1, 2 thread(s), 6 in all; the first run's "
+                               "time gives the estimate")
+    assert lines[2] == "calibrating: 6 runs, about 30 s each from the first: about 3 minutes", lines
+    assert lines[3].endswith("in 30 s; about 2 minutes left"), lines
+    assert lines[-1].endswith("in 30 s"), "the last run: nothing left to estimate"
 
 
 def test_a_study_calibrates_once_per_device_type_and_goes_on_when_it_fails(tmp_path, monkeypatch):
     calls: list[str] = []
 
-    def fake(results_dir, device, *, progress=None, runs=5):
+    def fake(results_dir, device, *, progress=None, runs=5, measure=True):
         calls.append(device)
         raise calibrate.CalibrationFailed("calibration run 1/10 (1 thread) failed (boom)")
 
@@ -163,9 +222,18 @@ def test_a_study_calibrates_once_per_device_type_and_goes_on_when_it_fails(tmp_p
 
 
 def test_the_study_file_key():
-    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8]}
-    assert parse_study(base, "x").calibrate is True, "on by default"
+    base = {"study": "s", "hardware": ["cpu"], "models": ["resnet18", "mobilenet_v2"], "batch_sizes": [8]}
+    assert parse_study(base, "x").calibrate is None, "by default: when a comparison needs it"
+    assert parse_study(base, "x").floor_needed() is None, "models compared, none of the study's own comparisons"
+    assert parse_study({**base, "calibrate": True}, "x").floor_needed() == "calibrate: true"
     assert parse_study({**base, "calibrate": False}, "x").calibrate is False
+    variants = {**base, "variants": ["cpu-default", "cpu-quantized"]}
+    assert parse_study(variants, "x").floor_needed() == "2 variants compared at one run a side"
+    assert parse_study({**variants, "calibrate": False}, "x").floor_needed() is None
+    assert parse_study({**variants, "repeats": 3}, "x").floor_needed() is None, "runs compared with runs"
+    several = {**base, "batch_sizes": [8, 16], "sweep": {"threads": [1, 2]}}
+    assert parse_study(several, "x").floor_needed() == ("2 batch sizes, 2 values of threads compared at one run a "
+                                                        "side")
     with pytest.raises(ConfigError, match="key 'calibrate' is 'yes'; allowed: true or false"):
         parse_study({**base, "calibrate": "yes"}, "x")
 
@@ -197,6 +265,7 @@ def test_the_command_prints_the_floor_per_thread_count_and_metric(tmp_path, caps
     assert "1.5 min" in out and "the runs' figures" in out and "floor %" in out
     assert "1 thread: 500 ms, 550 ms, 600 ms; 2 threads: 250 ms, 275 ms, 300 ms" in out, "the runs' figures"
     assert (tmp_path / "noise_floor" / f"{MACHINE}__cpu.json").is_file()
+    assert machine_cache().noise_floor_path(MACHINE, "cpu").is_file(), "every results folder of the machine finds it"
     assert main(["calibrate", "--results-dir", str(tmp_path), "--runs", "3", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["machine"] == MACHINE and record["values"]["1"]["train_step_s"][0] == pytest.approx(0.5)

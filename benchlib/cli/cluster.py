@@ -87,6 +87,9 @@ def _judge(jobs: Sequence[Job], again: Callable[[list[int]], str]) -> int:
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
+    from ..spec.study import study_from_file
+
+    study_from_file(args.params)  # refused before torch loads
     from ..pipeline import slurm, slurm_jobs
     from ..run.admission import load_study
 

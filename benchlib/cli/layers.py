@@ -5,14 +5,15 @@ import argparse
 import math
 from pathlib import Path
 
-import pandas as pd
-
 from ..store.atomic import json_text
 from .progress import Progress
-from .single import _config_from_args
+from .single import _config_from_args, refuse_unknown_model
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
+    refuse_unknown_model(args.model)
+    import pandas as pd
+
     from ..report.tables.layers import lost_time
     from ..run.layers import record_layers
 

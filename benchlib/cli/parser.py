@@ -213,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "calibrate", "measure this machine's run-to-run noise floor: one small configuration in fresh "
              "processes, so comparisons of one run a side claim only differences beyond it")
     p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
-    p.add_argument("--results-dir", default="results/adhoc", help="the floor goes to RESULTS_DIR/noise_floor/")
+    p.add_argument("--results-dir", default="results/adhoc",
+                   help="the floor goes to RESULTS_DIR/noise_floor/ and to the machine cache, where every results "
+                   "folder of this machine finds it")
     p.add_argument("--runs", type=int, default=5, metavar="N", help="fresh processes per thread count, >= 3")
     p.add_argument("--threads", type=int, nargs="+", metavar="N",
                    help="thread counts to calibrate (default: 1 and the CPUs this process may use; on a GPU the "

@@ -13,8 +13,7 @@ import yaml
 
 from .. import log as messages
 from ..errors import BenchlibError, ConfigError
-from ..report.evidence import floors
-from ..spec.vocab import ELEMENT_DTYPES
+from ..spec.vocab import ELEMENT_DTYPES, MODEL_FORMS, MODELS, did_you_mean, model_problem
 from ..store.atomic import json_text
 from .progress import Progress
 
@@ -40,6 +39,14 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def refuse_unknown_model(model: str) -> None:
+    """``--model`` checked before anything heavy loads (torch, the data sets): an unknown name is refused in one
+    line, with the nearest known name where one is near."""
+    if model_problem(model):
+        raise ConfigError(f"command line: --model '{model}' is unknown{did_you_mean(model, MODELS)}; allowed: "
+                          f"{MODEL_FORMS}")
+
+
 def _config_from_args(args: argparse.Namespace, *, train_steps: int | None = None, processes: int = 1) -> RunConfig:
     """One configuration from ``run``/``profile``/``layers`` arguments, admitted here before any work (threads
     applied). ``processes`` > 1: the data-parallel processes about to be launched (each admits it again)."""
@@ -48,7 +55,6 @@ def _config_from_args(args: argparse.Namespace, *, train_steps: int | None = Non
     from ..run.admission import admit
     from ..spec.settings import RunConfig, settings_from_mapping
     from ..spec.variants import apply_variant, parse_variant
-    from ..spec.vocab import MODEL_FORMS, model_problem
 
     values: dict[str, Any] = {"dataset": args.data}
     for key in ("data_path", "image_size", "epochs", "lr", "optimizer", "seed", "threads", "num_workers"):
@@ -60,8 +66,7 @@ def _config_from_args(args: argparse.Namespace, *, train_steps: int | None = Non
     settings = settings_from_mapping(values, "command line")
     if args.variant:
         settings = apply_variant(settings, parse_variant(args.variant, "command line: --variant"))
-    if model_problem(args.model):
-        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {MODEL_FORMS}")
+    refuse_unknown_model(args.model)
     if args.batch_size < 1:
         raise ConfigError(f"command line: --batch-size {args.batch_size}; allowed: integers >= 1")
     world_size = processes if processes > 1 else launched_world_size()
@@ -97,6 +102,7 @@ def _relaunch_with_torchrun(nproc: int, argv: Sequence[str]) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    refuse_unknown_model(args.model)
     from ..env.distributed import launched_by_torchrun
     from ..run.columns import measured_row
     from ..run.measure import measure
@@ -174,6 +180,7 @@ def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    refuse_unknown_model(args.model)
     from ..report.display import pages
     from ..run.profile import record_profile
 
@@ -221,14 +228,12 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
+    refuse_unknown_model(args.model)
     import torch
 
     from ..nets.flops import complexity, layer_table
     from ..nets.models import build_model, smallest_image_size
-    from ..spec.vocab import MODEL_FORMS, model_problem
 
-    if model_problem(args.model):
-        raise ConfigError(f"command line: --model '{args.model}' is unknown; allowed: {MODEL_FORMS}")
     for flag, value, low in (("--image-size", args.image_size, 8), ("--batch-size", args.batch_size, 1),
                              ("--num-classes", args.num_classes, 2)):
         if value < low:
@@ -288,6 +293,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..env.threads import usable_cpus
     from ..instruments.run_to_run import floor_pcts
     from ..pipeline.calibrate import measure_noise_floor, thread_counts
+    from ..report.evidence import floors
+    from ..store.machine_cache import machine_cache
     from ..store.noise_floor import save_noise_floor
 
     device = _device_argument(args.device)
@@ -299,6 +306,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ConfigError(f"command line: --threads {n}; allowed: 1..{most} (twice the CPUs this process may use)")
     counts = thread_counts(device, args.threads)
     floor = measure_noise_floor(device, runs=args.runs, threads=counts, progress=Progress().line)
+    save_noise_floor(floor, machine_cache().root)  # every results folder of this machine finds it there
     path = save_noise_floor(floor, Path(args.results_dir))
     if args.json:
         print(json_text({**floor.to_json(), "floor_pct": floor_pcts(floor), "path": str(path)}))

@@ -28,10 +28,16 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     return parse_set(getattr(args, "set", None) or [])
 
 
-def cmd_study(args: argparse.Namespace) -> int:
-    from ..spec.study import read_study_file
+def checked_first(args: argparse.Namespace) -> None:
+    """The params file read and validated before torch and papermill load (a second, not a minute, on a busy
+    machine): a missing file, bad YAML, an unknown key or model is refused in one line."""
+    from ..spec.study import study_from_file
 
-    read_study_file(args.params)  # a missing or unreadable file is refused before torch and papermill load
+    study_from_file(args.params, overrides(args))
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    checked_first(args)
     from ..pipeline.study import run_study
     from ..run.admission import load_study
 
@@ -52,20 +58,20 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """A study whose grid sweeps batch sizes (list or doubling range), threads or workers, then its analysis."""
+    code = cmd_study(args)
     from ..pipeline.study import summarize
     from ..run.admission import load_study
-
-    code = cmd_study(args)
 
     cfg = load_study(args.params, overrides=overrides(args))
     results = Path(args.results_root).resolve() / cfg.study
     summarize([results], Path(args.reports_root).resolve() / cfg.study, title=f"benchlib sweep: {cfg.study}",
-              notebook="sweep", cell_timeout_s=args.cell_timeout)
+              notebook="sweep", cell_timeout_s=args.cell_timeout, reuse=True)
     return code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """A study over optimization variants: every variant of every pair, then the summary's comparisons."""
+    checked_first(args)
     from ..run.admission import load_study
 
     cfg = load_study(args.params, overrides=overrides(args))
@@ -78,6 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     """Tune here (one process per pair, through the notebook), or with N workers on SLURM (``--slurm N`` or the
     file's ``tune.workers``); ``--worker`` and ``--finish`` are what those SLURM tasks run."""
+    checked_first(args)
     from ..pipeline.tuning import run_tuning, run_worker, tune_spec
     from ..run.admission import load_study
 

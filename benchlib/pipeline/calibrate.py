@@ -7,9 +7,12 @@ configuration runs in ``runs`` fresh processes per thread count (``python -m ben
 are kept (``store.noise_floor.NoiseFloor``). How far two single runs may differ by noise alone follows from
 them (``instruments.run_to_run.floor_pct``), and a comparison of one run a side claims no difference under it.
 
-A study measures the floor once per device type at its start (``ensure_noise_floor``): a fresh floor of this
-machine in its results folder, or in a sibling one (copied in), is reused; an old, foreign or interfered one
-is measured again.
+A floor is kept per machine (``store.machine_cache``) and copied into each results folder whose comparisons
+rest on it (``ensure_noise_floor``): a fresh floor of this machine in the folder, else in the machine cache, is
+reused; an old, foreign or interfered one, or one measured under another fingerprint (``env.fingerprint``:
+another CPU allotment, torch, driver or method), is measured again. A study measures it only when its
+comparisons need it (``pipeline.study``). How long a calibration takes is said from its first run and updated
+after each (``time_left_s``).
 """
 from __future__ import annotations
 
@@ -28,11 +31,13 @@ from typing import Any
 import torch
 
 from ..env.devices import resolve_hardware
+from ..env.fingerprint import fingerprint
 from ..env.manifest import machine_name
 from ..env.threads import default_threads
 from ..errors import CalibrationFailed
 from ..log import ProgressFn
 from ..store.layout import ResultsLayout
+from ..store.machine_cache import fingerprint_change, machine_cache
 from ..store.noise_floor import (
     FLOOR_METRICS,
     STALE_AFTER_DAYS,
@@ -45,7 +50,9 @@ from .progress import log
 
 ROW_COLUMNS = {"train_step_s": "train_step_s_median"}  # a floor metric's row column, where the names differ
 RUN_TIMEOUT_S = 900  # one calibration run; a hung device fails the calibration instead of the study waiting forever
-SECONDS_PER_RUN = 11  # what one run of the default configuration takes on a 2-core CPU: for the time announced
+# How the floor is measured, as a version: raise it when the calibration changes (its configuration, its runs),
+# and every machine cache's floor is measured again.
+METHOD_VERSION = "noise-floor-1"
 
 
 @dataclass(frozen=True)
@@ -130,27 +137,60 @@ def _figure(row: Mapping[str, Any], metric: str) -> float | None:
     return x if math.isfinite(x) and x > 0 else None
 
 
+def time_left_s(done: Sequence[tuple[int, float]], counts: Sequence[int], total: int) -> float:
+    """Seconds the runs not yet done will take, from the ``done`` ones ((threads, seconds) each, in order): each
+    thread count's mean run where it has had one, else the mean of all (thread counts alternate)."""
+    if not done:
+        return math.nan
+    by: dict[int, list[float]] = {}
+    for n, seconds in done:
+        by.setdefault(n, []).append(seconds)
+    overall = sum(s for _, s in done) / len(done)
+    return sum(sum(by[n]) / len(by[n]) if (n := counts[i % len(counts)]) in by else overall
+               for i in range(len(done), total))
+
+
+def duration_text(seconds: float) -> str:
+    """``40 s``, ``about 6 minutes``: the unit a person waits in."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    return f"about {round(seconds / 60)} minutes"
+
+
+def estimate_line(done: Sequence[tuple[int, float]], counts: Sequence[int], total: int) -> str:
+    """What is left of a calibration, from its runs so far: after the first, the whole ("calibrating: 10 runs,
+    about 35 s each from the first: about 6 minutes"); after the others, the rest."""
+    if len(done) == 1:
+        return (f"calibrating: {total} runs, about {done[0][1]:.0f} s each from the first: "
+                f"{duration_text(done[0][1] + time_left_s(done, counts, total))}")
+    left = time_left_s(done, counts, total)
+    return "the last run" if len(done) >= total else f"{duration_text(left)} left"
+
+
 def measure_noise_floor(device: str = "cpu", *, runs: int = 5, threads: Sequence[int] | None = None,
                         progress: ProgressFn | None = log, calibration: Calibration = CALIBRATION) -> NoiseFloor:
     """``runs`` fresh processes per thread count of ``calibration`` on ``device``; their figures as a NoiseFloor.
 
     Thread counts alternate run by run (1, N, 1, N, ...). Every run counts, a slow or fast one too: the
     comparisons the floor judges meet the same neighbours. A run that fails raises CalibrationFailed.
+    ``progress`` hears how long the whole will take once the first run is timed, and what is left after each.
     """
     hardware = resolve_hardware(device)
     counts = thread_counts(hardware, threads)
     tell = progress or (lambda _msg: None)
     total = runs * len(counts)
-    tell(f"noise floor of {hardware}: {runs} fresh runs at {', '.join(map(str, counts))} thread(s), {total} in all "
-         f"(about {math.ceil(total * SECONDS_PER_RUN / 60)} minute(s)): {calibration.command_line(hardware)}")
+    tell(f"noise floor of {hardware}: {runs} fresh runs at {', '.join(map(str, counts))} thread(s), {total} in all; "
+         f"the first run's time gives the estimate: {calibration.command_line(hardware)}")
     t0 = time.perf_counter()
     values: dict[int, dict[str, list[float]]] = {n: {m: [] for m in FLOOR_METRICS} for n in counts}
     interfered: list[str] = []
+    done: list[tuple[int, float]] = []
     for i in range(total):
         n = counts[i % len(counts)]
         label = f"run {i + 1}/{total} ({n} thread{'s' if n > 1 else ''})"
         t_run = time.perf_counter()
         row = run_once(calibration, hardware, n, label)
+        done.append((n, time.perf_counter() - t_run))
         for metric in FLOOR_METRICS:
             x = _figure(row, metric)
             if x is not None:
@@ -159,13 +199,17 @@ def measure_noise_floor(device: str = "cpu", *, runs: int = 5, threads: Sequence
             interfered.append(f"{label}: {row.get('interference') or 'other work ran'}")
         tell(f"noise floor {label}: train step {_figure(row, 'train_step_s') or math.nan:.4g} s, inference "
              f"{_figure(row, 'infer_samples_per_s') or math.nan:.4g} samples/s"
-             f"{' (interfered)' if row.get('interfered') else ''} in {time.perf_counter() - t_run:.0f} s")
+             f"{' (interfered)' if row.get('interfered') else ''} in {done[-1][1]:.0f} s"
+             + ("" if len(done) in (1, total) else f"; {estimate_line(done, counts, total)}"))
+        if len(done) == 1 and total > 1:
+            tell(estimate_line(done, counts, total))
     return NoiseFloor(
         machine=machine_name(), measured_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         torch=torch.__version__, configuration=calibration.command_line(hardware),
         values={n: {m: tuple(v) for m, v in per.items() if v} for n, per in values.items()},
         minutes=round((time.perf_counter() - t0) / 60, 2), interfered=bool(interfered),
-        interference="; ".join(interfered), device=torch.device(hardware).type)
+        interference="; ".join(interfered), device=torch.device(hardware).type,
+        fingerprint=fingerprint(torch.device(hardware), METHOD_VERSION))
 
 
 # ---------------------------------------------------------------- kept and reused
@@ -180,10 +224,11 @@ def _age_days(measured_utc: str, now: dt.datetime) -> float | None:
     return (now - when).total_seconds() / 86400
 
 
-def stale_reason(floor: NoiseFloor, machine: str, device: str, now: dt.datetime | None = None) -> str | None:
+def stale_reason(floor: NoiseFloor, machine: str, device: str, now: dt.datetime | None = None, *,
+                 current: Mapping[str, str] | None = None) -> str | None:
     """Why ``floor`` does not describe ``device`` (a type: cpu, cuda, mps) of ``machine`` with this torch now
     (None when it does): another machine, device or torch, older than STALE_AFTER_DAYS, measured under
-    interference, or under three runs."""
+    interference, or under three runs; given this process's fingerprint (``current``), another one."""
     if floor.machine != machine:
         return f"measured on machine '{floor.machine}', not '{machine}'"
     if floor.device != device:
@@ -199,54 +244,55 @@ def stale_reason(floor: NoiseFloor, machine: str, device: str, now: dt.datetime 
         return f"measured while other work ran ({floor.interference or 'interfered'}): too wide"
     if floor.runs < 3:
         return f"{floor.runs} run(s) per thread count; a floor needs three or more"
+    if current is not None and floor.fingerprint:  # a folder's copy from an older benchlib has none
+        return fingerprint_change(floor.fingerprint, current)
     return None
 
 
-def _fresh(path: Path, machine: str, device: str) -> tuple[NoiseFloor | None, str | None]:
-    """(the floor at ``path`` if it is fresh, else None; why not, None where there is no file)."""
+def _fresh(path: Path, machine: str, device: str, current: Mapping[str, str], *,
+           kept: bool = False) -> tuple[NoiseFloor | None, str | None]:
+    """(the floor at ``path`` if it is fresh, else None; why not, None where there is no file). ``kept``: the
+    machine cache's, which must carry the fingerprint it was measured under."""
     if not path.is_file():
         return None, None
     try:
         floor = read_noise_floor(path)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         return None, f"unreadable ({exc})"
-    reason = stale_reason(floor, machine, device)
+    reason = stale_reason(floor, machine, device, current=current)
+    if reason is None and kept and not floor.fingerprint:
+        reason = fingerprint_change(None, current)
     return (floor, None) if reason is None else (None, reason)
 
 
-def sibling_floor(results_dir: str | Path, machine: str, device: str) -> tuple[NoiseFloor, Path] | None:
-    """The newest fresh floor of this machine and device in a results folder beside ``results_dir``."""
-    root = Path(results_dir).resolve()
-    found = []
-    siblings = sorted(p for p in root.parent.iterdir() if p.is_dir() and p != root) if root.parent.is_dir() else []
-    for sibling in siblings:
-        path = ResultsLayout.of(sibling).noise_floor_path(machine, device)
-        floor, _ = _fresh(path, machine, device)
-        if floor is not None:
-            found.append((floor, path))
-    return max(found, key=lambda fp: fp[0].measured_utc) if found else None
-
-
 def ensure_noise_floor(results_dir: str | Path, device: str = "cpu", *, progress: ProgressFn | None = log,
-                       runs: int = 5) -> NoiseFloor:
-    """This machine's fresh noise floor on ``device`` in ``results_dir``: the one there, else one copied from a
-    sibling results folder, else measured (``runs`` per thread count) and saved."""
+                       runs: int = 5, measure: bool = True) -> NoiseFloor | None:
+    """This machine's fresh noise floor on ``device`` in ``results_dir``: the one there, else the machine cache's
+    (copied in), else measured (``runs`` per thread count) and saved to both. ``measure=False``: None where
+    there is none to copy."""
     hardware = resolve_hardware(device)
     kind, machine = torch.device(hardware).type, machine_name()
+    current = fingerprint(torch.device(hardware), METHOD_VERSION)
     tell = progress or (lambda _msg: None)
     path = ResultsLayout.of(results_dir).noise_floor_path(machine, kind)
-    floor, reason = _fresh(path, machine, kind)
+    floor, reason = _fresh(path, machine, kind, current)
     if floor is not None:
         tell(f"noise floor of {kind}: the one measured {floor.measured_utc} is reused ({path})")
         return floor
     if reason is not None:
         tell(f"noise floor of {kind} in {path} not reused: {reason}")
-    if (found := sibling_floor(results_dir, machine, kind)) is not None:
-        floor, source = found
-        tell(f"noise floor of {kind}: the one measured {floor.measured_utc} in {source.parent.parent} is reused")
+    kept_path = machine_cache().noise_floor_path(machine, kind)
+    floor, reason = _fresh(kept_path, machine, kind, current, kept=True)
+    if floor is not None:
+        tell(f"noise floor of {kind}: the one measured {floor.measured_utc} on this machine is reused (machine cache)")
         save_noise_floor(floor, results_dir)
         return floor
+    if reason is not None:
+        tell(f"noise floor of {kind} in the machine cache ({kept_path}) not reused: {reason}")
+    if not measure:
+        return None
     floor = measure_noise_floor(hardware, runs=runs, progress=progress)
+    save_noise_floor(floor, machine_cache().root)
     saved = save_noise_floor(floor, results_dir)
     tell(f"noise floor of {kind} measured in {floor.minutes:.1f} min: {saved}")
     return floor

@@ -46,7 +46,7 @@ def model_reference(model: ModelSource | str, name: str | None = None) -> str:
         if is_registered(model):  # a module registered earlier in this process (register_model, compare)
             return model
         if problem := model_problem(model):
-            raise ConfigError(problem)
+            raise ConfigError(f"benchmark: {problem}")
         return model
     name = name or str(type(model).__name__ if isinstance(model, nn.Module) else getattr(model, "__name__", ""))
     if not NAME_PATTERN.match(name) or "__" in name:

@@ -21,10 +21,11 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from traitlets import default
 
+from .._version import __version__
 from ..errors import ConfigError
 from ..report.display import site
 from ..report.words import dictionary
-from ..store.atomic import atomic_write_json, atomic_write_text
+from ..store.atomic import atomic_write_json, atomic_write_text, json_text
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 
 KERNEL_NAME = "python3"
@@ -181,6 +182,43 @@ def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
                 shutil.copyfile(src, dest / sub / src.name)
         copies.append(dest)
     return copies
+
+
+# What a results folder holds that no page is made from: the tables ``summarize`` writes from the rows, trained
+# weights, the study's lock, and files being written.
+NOT_INPUTS = ("results.csv", "results.parquet")
+NOT_INPUT_DIRS = ("weights",)
+
+
+def page_inputs(results_dirs: Sequence[Path], notebook: str, title: str, description: str) -> dict[str, Any]:
+    """What an analysis page is made from, as a stamp to compare: benchlib's version, the notebook, the page's
+    title and description, and each file of its results folders (its size and time of change), less
+    ``NOT_INPUTS``. Equal stamps make equal pages."""
+    source = notebooks_dir() / f"{notebook}.ipynb"
+    files: dict[str, list[int]] = {}
+    for d in results_dirs:
+        root = Path(d).resolve()
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root)
+            if (not path.is_file() or rel.parts[0] in NOT_INPUT_DIRS or path.name in NOT_INPUTS
+                    or path.name.startswith(".benchlib-") or path.suffix == ".tmp"):
+                continue
+            st = path.stat()
+            files[f"{root}/{rel}"] = [st.st_size, st.st_mtime_ns]
+    st = source.stat()
+    return {"benchlib": __version__, "notebook": [str(source), st.st_size, st.st_mtime_ns], "title": title,
+            "description": description, "files": files}
+
+
+def up_to_date(report: ReportLayout, notebook: str, inputs: Mapping[str, Any]) -> bool:
+    """Whether the page ``notebook`` of ``report`` exists and was made from ``inputs`` (``page_inputs``)."""
+    stamp = report.inputs_stamp(notebook)
+    if not (stamp.is_file() and report.analysis_notebook(notebook).with_suffix(".html").is_file()):
+        return False
+    try:
+        return bool(stamp.read_text(encoding="utf-8").strip() == json_text(inputs))
+    except (OSError, ValueError):
+        return False
 
 
 def write_meta(report: ReportLayout, title: str, description: str, results_dirs: Sequence[Path]) -> Path:

@@ -5,6 +5,11 @@ costs only itself: it leaves its executed notebook and failure rows, and the stu
 written one per configuration as each finishes, so a re-run resumes: complete rows measured with the
 same settings are kept, rows of settings the file no longer has are kept aside, and only the missing
 (or failed) configurations run again.
+
+What is measured of the machine is measured only for work that needs it: the ceilings before the first
+notebook that measures (from the machine cache where it has them), the noise floor after the pairs and only
+where the study's comparisons rest on it (``StudyConfig.floor_needed``). A study whose every row is complete
+and whose summary was made from the very same files measures nothing and starts no kernel.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import datetime as dt
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +37,7 @@ from ..run.record import record_pair_failure, refresh_roofs, set_aside_stale_row
 from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
-from ..store.atomic import atomic_write_json, remove_stale_temp_files
+from ..store.atomic import atomic_write_text, json_text, remove_stale_temp_files
 from ..store.layout import ReportLayout, ResultsLayout, StudyPaths, pair_notebook_name
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
@@ -141,14 +147,11 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     bench = publish.notebooks_dir() / "benchmark.ipynb"
     pairs = cfg.pairs() if only_pair is None else [cfg.pairs()[only_pair]]
     machine = machine_name()
-    for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
-        _log(f"ceilings of {hardware} (matmul and copy, for the roofline)")
-        ensure_ceilings(paths.results.root, hardware)
-    if cfg.calibrate:
-        calibrate(paths.results.root, [h for h, _ in pairs])
+    devices = list(dict.fromkeys(resolve_hardware(h) for h, _ in pairs))
     t_study = time.perf_counter()
     for hardware, model in pairs:
         set_aside_stale_rows(paths.results.root, cfg.configs(hardware, model), machine, _log)
+    ceilings = CeilingsFirst(paths.results.root, devices)
     keeper = RoundKeeper(cfg.auto_repeats, cfg.repeats)
     run = skipped = failed = 0
     while keeper.another(paths.results, cfg.study, machine):
@@ -159,36 +162,39 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
                                                                   if keeper.precision is not None else ""))
         for i, (hardware, model) in enumerate(pairs, 1):
             outcome = _run_pair_round(cfg, hardware, model, paths, bench, cwd=cwd, cell_timeout_s=cell_timeout_s,
-                                      label=f"pair {i}/{len(pairs)}", only_round=r if cfg.repeats > 1 else None)
+                                      label=f"pair {i}/{len(pairs)}", only_round=r if cfg.repeats > 1 else None,
+                                      before=ceilings.ensure)
             run += outcome == "run"
             skipped += outcome == "skipped"
             failed += outcome == "failed"
         keeper.done += 1
     if keeper.auto is not None:
         _log(f"repeats: auto stopped after {keeper.done} round(s): {keeper.stopped}")
-    if cfg.ceilings_at_end:
-        for hardware in dict.fromkeys(resolve_hardware(h) for h, _ in pairs):
+    if cfg.ceilings_at_end and ceilings.ready:  # rows were measured under them: a roof is a maximum
+        for hardware in devices:
             _log(f"ceilings of {hardware} once more at the end of the study (a roof is a maximum: the higher is "
                  "kept)")
             now, before = remeasure_ceilings(paths.results.root, hardware)
             if what := raised(before, now):
                 n = refresh_roofs(paths.results.root, machine, torch.device(now.device), now)
                 _log(f"the roof rose ({what}): {n} row(s) placed under it again")
+    calibrate(paths.results.root, devices, why=cfg.floor_needed(), measure=bool(run or failed))
     profiles_failed = 0
     if cfg.profile or cfg.layers:
         for hardware, model in pairs:
-            profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s)
+            profiles_failed += not _profile_pair(cfg, hardware, model, paths, cwd, cell_timeout_s, ceilings.ensure)
     rows = read_results([paths.results.root])
     mine = rows[(rows["study"] == cfg.study) & (rows["machine"] == machine)]
     ran = {c.run_id for h, m in pairs for c in cfg.configs(h, m)}  # an array task answers for its own pair only
     configs_failed = int(((mine["status"] == "failed") & mine["run_id"].isin(ran)).sum())
     rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
-    atomic_write_json(paths.results.run_rules_path,  # before the summary, which shows them
-                      {"study": cfg.study, "params": cfg.source, "description": cfg.description,
-                       "interleave": cfg.interleave, **rules, "rounds": keeper.record()})
+    rules_text = json_text({"study": cfg.study, "params": cfg.source, "description": cfg.description,
+                            "interleave": cfg.interleave, **rules, "rounds": keeper.record()}, indent=1) + "\n"
+    if _text_of(paths.results.run_rules_path) != rules_text:  # before the summary, which shows them
+        atomic_write_text(paths.results.run_rules_path, rules_text)
     if summary:
         summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
-                  cell_timeout_s=cell_timeout_s, description=cfg.description)
+                  cell_timeout_s=cell_timeout_s, description=cfg.description, reuse=True)
     measured = mine[mine["status"] == "ok"]
     for warning in (caveats.interference_warning(measured), caveats.drift_warning(measured)):
         if warning:
@@ -198,23 +204,54 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)
 
 
-def calibrate(results_dir: Path, hardware: list[str]) -> None:
-    """The machine's noise floor once per device type of the study (reused while fresh); a calibration that
-    fails is said in one line and the study goes on (its single-run comparisons stay inconclusive)."""
+def _text_of(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+class CeilingsFirst:
+    """The study's ceilings, made ready (the folder's, the machine cache's, else measured) before the first
+    notebook that measures, and not at all when every row is complete."""
+
+    def __init__(self, results_dir: Path, devices: list[str]) -> None:
+        self.results_dir, self.devices, self.ready = results_dir, devices, False
+
+    def ensure(self) -> None:
+        if not self.ready:
+            for hardware in self.devices:
+                ensure_ceilings(self.results_dir, hardware, progress=_log)
+            self.ready = True
+
+
+def calibrate(results_dir: Path, hardware: list[str], *, why: str | None = "calibrate: true",
+              measure: bool = True) -> None:
+    """The machine's noise floor once per device type of the study, reused while fresh (the folder's, else the
+    machine cache's, copied in). Measured only where the study's comparisons need it (``why``,
+    ``StudyConfig.floor_needed``) and this run measured rows (``measure``); a calibration that fails is said in
+    one line and the study goes on (its single-run comparisons stay inconclusive)."""
     first: dict[str, str] = {}  # device type -> the study's first hardware of it
     for h in hardware:
         first.setdefault(torch.device(resolve_hardware(h)).type, resolve_hardware(h))
     for kind, name in first.items():
         try:
-            ensure_noise_floor(results_dir, name, progress=_log)
+            floor = ensure_noise_floor(results_dir, name, progress=_log if why else None,
+                                       measure=measure and why is not None)
         except CalibrationFailed as exc:
             _log(f"noise floor of {kind} not measured: {exc}; single-run comparisons stay inconclusive; going on")
+            continue
+        if floor is None and why:
+            _log(f"noise floor of {kind}: none measured ({why}, but this run measured no row); its single-run "
+                 f"comparisons stay inconclusive until `benchlib calibrate --results-dir {results_dir}`")
 
 
 def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, bench: Path, *, cwd: Path,
-                    cell_timeout_s: int | None, label: str, only_round: int | None) -> str:
+                    cell_timeout_s: int | None, label: str, only_round: int | None,
+                    before: Callable[[], None] = lambda: None) -> str:
     """One pair's configurations of one round (all of them without repeats) in a fresh kernel: "run",
-    "skipped" (every row complete) or "failed" (failure rows written for what has no row)."""
+    "skipped" (every row complete) or "failed" (failure rows written for what has no row). ``before`` runs
+    first where there is work (the ceilings made ready)."""
     machine = machine_name()
     configs = [c for c in cfg.configs(hardware, model)
                if only_round is None or c.settings.seed == cfg.settings.seed + only_round]
@@ -223,6 +260,7 @@ def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPat
         _log(f"{label}: {hardware} / {model}: all {len(configs)} configuration(s) have rows measured with these "
              "settings: skipped")
         return "skipped"
+    before()
     _log(f"{label}: {hardware} / {model}: {len(todo)} of {len(configs)} configuration(s) to run")
     out = paths.reports.runs_dir / pair_notebook_name(hardware, model)
     t0 = time.perf_counter()
@@ -243,7 +281,7 @@ def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPat
 
 
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,
-                  cell_timeout_s: int | None) -> bool:
+                  cell_timeout_s: int | None, before: Callable[[], None] = lambda: None) -> bool:
     """Run the profile notebook for one pair at its first batch size: the torch.profiler tables (``profile``)
     and the per-layer table (``layers``, CPU and CUDA), each skipped when already recorded."""
     run = RunConfig(cfg.study, hardware, model, cfg.batch_sizes[0], cfg.settings)
@@ -256,6 +294,7 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
     if not (torch_profile or layers):
         _log(f"profile {hardware} / {model}: already recorded, skipped")
         return True
+    before()
     what = " and ".join(w for w, on in (("profile", torch_profile), ("layers", layers)) if on)
     _log(f"{what} {hardware} / {model} (batch {run.batch_size})")
     out = paths.reports.profiles_dir / pair_notebook_name(hardware, model)
@@ -277,20 +316,31 @@ def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths
 
 
 def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Path | None = None,
-              cell_timeout_s: int | None = 3600, notebook: str = "summary", description: str | None = None) -> Path:
+              cell_timeout_s: int | None = 3600, notebook: str = "summary", description: str | None = None,
+              reuse: bool = False) -> Path:
     """Run an analysis notebook (``summary``, ``sweep``) over ``results_dirs`` into ``report_dir``.
 
     Publishes its HTML with a copy of the data it shows, and refreshes the reports index. ``description``
-    (the study's) defaults to the one its last study recorded in ``run_rules.json``.
+    (the study's) defaults to the one its last study recorded in ``run_rules.json``. ``reuse``: a page made
+    from the very same files, notebook, title and benchlib (``publish.page_inputs``) is kept, and no kernel
+    starts.
     """
+    report = ReportLayout(report_dir)
+    out = report.analysis_notebook(notebook)
+    description = description if description is not None else _recorded_description(results_dirs)
+    inputs = publish.page_inputs([Path(d) for d in results_dirs], notebook, title, description)
+    if reuse and publish.up_to_date(report, notebook, inputs):
+        _log(f"{notebook}: up to date, made from these very rows, rules, ceilings and floors: "
+             f"{out.with_suffix('.html')}")
+        if not report.index.exists():
+            publish.write_index(report.reports_root)
+        return out.with_suffix(".html")
+    report.inputs_stamp(notebook).unlink(missing_ok=True)
     for d in results_dirs:
         write_table(d)
-    report = ReportLayout(report_dir)
     report.root.mkdir(parents=True, exist_ok=True)
     publish.copy_data([Path(d) for d in results_dirs], report)
-    publish.write_meta(report, title, description if description is not None else _recorded_description(results_dirs),
-                       [Path(d) for d in results_dirs])
-    out = report.analysis_notebook(notebook)
+    publish.write_meta(report, title, description, [Path(d) for d in results_dirs])
     params = {"results_dirs": [str(Path(d).resolve()) for d in results_dirs],
               "figures_dir": str(report.figures_dir.resolve()), "title": title}
     _log(f"{notebook} of {len(results_dirs)} results folder(s) -> {out}")
@@ -301,6 +351,7 @@ def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Pa
         if out.exists():
             publish.render_html(out, title, report)
         publish.write_index(report.reports_root)
+    atomic_write_text(report.inputs_stamp(notebook), json_text(inputs))
     return out.with_suffix(".html")
 
 

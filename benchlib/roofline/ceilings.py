@@ -49,6 +49,9 @@ DEFAULT_COPY_BYTES = {"cpu": 512 * MIB, "cuda": 2 * GIB, "mps": 1 * GIB}
 # (batch, channels in = out, side) of the 3x3 convolution: wide enough to keep every core's vector units
 # and a GPU's SMs busy, as a ResNet's middle stages are.
 DEFAULT_CONV_SHAPE = {"cpu": (16, 256, 14), "cuda": (64, 256, 56), "mps": (32, 256, 56)}
+# How ceilings are measured, as a version: raise it when the method changes, and every machine cache's roof is
+# measured again (a matmul alone was version 1; the 3x3 convolution beside it made version 2).
+METHOD_VERSION = "ceilings-2"
 DEFAULT_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "tf32", "fp16", "bf16"), "mps": ("fp32", "fp16")}
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -57,6 +57,8 @@ class Ceilings:
     matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
     conv_flops_per_s: dict[str, float] = field(default_factory=dict)
     conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the 3x3 convolution
+    # the conditions it was measured under (env.fingerprint): the machine cache keeps it only while they hold
+    fingerprint: dict[str, str] = field(default_factory=dict)
     path: str | None = None
 
     @property

@@ -12,7 +12,6 @@ size, learning rate or data set is a new configuration, never a silent reuse of 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import re
@@ -31,6 +30,7 @@ from .vocab import (
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PYTHON_DATA_REF,
+    did_you_mean,
     model_token,
 )
 
@@ -195,12 +195,6 @@ class RunConfig:
 
 
 # ---------------------------------------------------------------- validation
-
-def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
-    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-
 
 def unknown_key_message(key: str, where: str, allowed: Sequence[str], what: str = "key") -> str:
     return f"{where}: unknown {what} '{key}'{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"

@@ -23,7 +23,6 @@ from .settings import (
     check_batch_sizes,
     check_consistency,
     coerce_setting,
-    did_you_mean,
     settings_from_mapping,
     unknown_key_message,
 )
@@ -36,6 +35,7 @@ from .vocab import (
     NAME_MAX_CHARS,
     NAME_PATTERN,
     NAME_WORDS,
+    did_you_mean,
     is_valid_hardware_name,
     model_problem,
 )
@@ -53,8 +53,9 @@ GRID_KEYS: dict[str, str] = {
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
     "layers": "true or false: also measure each pair's training step layer by layer against the roofline (benchlib "
               "layers) at its first batch size, on CPU or CUDA",
-    "calibrate": "true (default) or false: measure this machine's run-to-run noise floor at the start (benchlib "
-                 "calibrate; reused while fresh), so comparisons of one run a side can be judged",
+    "calibrate": "true or false (default: when the study compares devices, variants, batch sizes or swept values "
+                 "at one run a side): measure this machine's run-to-run noise floor (benchlib calibrate; kept per "
+                 "machine and reused while fresh), so comparisons of one run a side can be judged",
     "ceilings_at_end": "true (default) or false: measure the roofline ceilings once more at the end of the study and "
                        "keep the higher of each (a roof is a maximum); false keeps those measured or loaded at its "
                        "start (about 3 s less a study on a 2-core CPU; each task of a SLURM array is a study)",
@@ -180,7 +181,7 @@ class StudyConfig:
     tune: TuneSpec | None = None
     variants: tuple[Variant, ...] = ()
     interleave: bool = True
-    calibrate: bool = True  # the machine's noise floor measured (or a fresh one reused) at the start
+    calibrate: bool | None = None  # the noise floor measured (or a fresh one reused); None: where floor_needed says
     auto_repeats: AutoRepeats | None = None  # repeats: auto (then ``repeats`` is its max_runs)
     layers: bool = False  # each pair's step layer by layer (benchlib layers) at its first batch size
     ceilings_at_end: bool = True  # the ceilings measured once more at the end, the higher of each kept
@@ -196,6 +197,20 @@ class StudyConfig:
 
     def all_configs(self) -> list[RunConfig]:
         return [c for h, m in self.pairs() for c in self.configs(h, m)]
+
+    def floor_needed(self) -> str | None:
+        """Why this study's comparisons need the machine's noise floor ("2 devices compared at one run a side"),
+        or None: ``calibrate: true`` always, ``false`` never; by default where it compares devices, variants, batch
+        sizes or swept values at one run a side (with repeats, runs are compared with runs and need no floor)."""
+        if self.calibrate is not None:
+            return "calibrate: true" if self.calibrate else None
+        if self.repeats > 1 or self.auto_repeats is not None:
+            return None
+        compared = [f"{n} {what}" for n, what in ((len(set(self.hardware)), "devices"),
+                                                  (len(self.variants), "variants"),
+                                                  (len(self.batch_sizes), "batch sizes"),
+                                                  *((len(v), f"values of {k}") for k, v in self.sweep)) if n > 1]
+        return f"{', '.join(compared)} compared at one run a side" if compared else None
 
 
 # ---------------------------------------------------------------- validation
@@ -349,7 +364,8 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
     return StudyConfig(study, tuple(hardware), tuple(models), tuple(batch_sizes), settings, description, where,
                        tuple((k, tuple(v)) for k, v in sweep.items()), repeats, _flag(raw, "profile", where), tune,
                        variants, _flag(raw, "interleave", where, default=True),
-                       _flag(raw, "calibrate", where, default=True), auto, _flag(raw, "layers", where),
+                       _flag(raw, "calibrate", where) if "calibrate" in raw else None, auto,
+                       _flag(raw, "layers", where),
                        _flag(raw, "ceilings_at_end", where, default=True))
 
 

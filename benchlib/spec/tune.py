@@ -13,8 +13,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from .fields import FLOAT_TEXT, Rule, coerce
-from .settings import RunConfig, RunSettings, did_you_mean, train_samples_known
-from .vocab import OPTIMIZERS
+from .settings import RunConfig, RunSettings, train_samples_known
+from .vocab import OPTIMIZERS, did_you_mean
 
 OBJECTIVES: tuple[str, ...] = ("accuracy", "throughput", "both")
 # What each objective maximizes, under the row column names of the benchmark.

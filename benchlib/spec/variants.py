@@ -19,8 +19,8 @@ from ..store.layout import tuned_params_dir as default_tuned_dir
 from . import yamlfile
 from .fields import Rule, coerce
 from .knobs import Knobs
-from .settings import SETTING_RULES, RunSettings, coerce_setting, did_you_mean, unknown_key_message
-from .vocab import NAME_PATTERN, NAME_WORDS
+from .settings import SETTING_RULES, RunSettings, coerce_setting, unknown_key_message
+from .vocab import NAME_PATTERN, NAME_WORDS, did_you_mean
 
 TUNED_SUFFIX = "-tuned"
 

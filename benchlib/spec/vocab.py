@@ -5,7 +5,9 @@ their names from here, and every validator describes them from here.
 """
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Sequence
 
 from ..store.atomic import safe_name
 
@@ -69,11 +71,18 @@ def is_import_ref(model: str) -> bool:
     return bool(_IMPORT_REF.match(model)) and not model.startswith(TIMM_PREFIX)
 
 
+def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
+    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+
+
 def model_problem(model: str) -> str | None:
-    """What is wrong with a model reference as a study or the command line writes it (None: a valid form)."""
+    """What is wrong with a model reference as a study or the command line writes it (None: a valid form), with
+    the nearest torchvision name where one is near (``resnet81``: did you mean 'resnet18'?)."""
     if model in MODELS or is_timm_ref(model) or is_import_ref(model):
         return None
-    return f"model '{model}' is not a model reference; allowed: {MODEL_FORMS}"
+    return f"model '{model}' is not a model reference{did_you_mean(model, MODELS)}; allowed: {MODEL_FORMS}"
 
 
 def model_token(model: str) -> str:

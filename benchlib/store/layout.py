@@ -237,6 +237,11 @@ class ReportLayout:
         """``report.json``: the report's title, its study's description and the results folders it shows."""
         return self.root / "report.json"
 
+    def inputs_stamp(self, name: str) -> Path:
+        """What an analysis page (``summary``, ``sweep``) was last made from: a page whose inputs are unchanged
+        is not made again."""
+        return self.root / f".{name}-inputs.json"
+
     @property
     def data_dir(self) -> Path:
         return self.root / "data"

@@ -6,7 +6,8 @@ small configuration in several fresh processes and keeps each run's figures here
 metric, how far apart two single runs of identical settings may land on this machine (the 99% prediction
 bound of their ratio, ``instruments.run_to_run.floor_pct``). A comparison of one run a side claims a
 difference only beyond it. One file per machine and device type, beside the ceilings:
-``noise_floor/<machine>__<device>.json``.
+``noise_floor/<machine>__<device>.json``, in the machine cache (``machine_cache``) and, copied, in each results
+folder whose comparisons rest on it.
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class NoiseFloor:
     interference: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
     device: str = "cpu"  # the device type the configuration ran on (cpu, cuda, mps)
+    # the conditions it was measured under (env.fingerprint): the machine cache keeps it only while they hold
+    fingerprint: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
@@ -55,6 +58,7 @@ class NoiseFloor:
         out = asdict(self)
         out["values"] = {str(n): {m: list(v) for m, v in per.items()} for n, per in self.values.items()}
         out["extra"] = dict(self.extra)
+        out["fingerprint"] = dict(self.fingerprint)
         return out
 
     @classmethod
@@ -68,7 +72,8 @@ class NoiseFloor:
                        values=values, minutes=float(data.get("minutes", math.nan)),
                        interfered=bool(data.get("interfered", False)),
                        interference=str(data.get("interference", "")), extra=dict(data.get("extra", {})),
-                       device=str(data.get("device", "cpu")))
+                       device=str(data.get("device", "cpu")),
+                       fingerprint={str(k): str(v) for k, v in dict(data.get("fingerprint") or {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a noise floor: {exc}") from exc
 
