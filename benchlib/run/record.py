@@ -99,10 +99,13 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
         device = torch.device(resolve_hardware(cfg.hardware))
         now, before = remeasure_ceilings(layout.root, device)
         row.update(roof_columns(row, now, device.type, int(row.get("world_size") or 1)))
+        rose = raised(before, now)
+        # the rows already written sit under the old roof: placed again now, not at some later end of a study
+        again = refresh_roofs(layout.root, str(manifest["machine"]), device, now) if rose else 0
         if progress:
-            rose = raised(before, now) or "no figure rose"
-            progress(f"{cfg.run_id} landed above its roof: ceilings measured again ({rose}); "
-                     f"above roof now: {row['above_roof']}")
+            progress(f"{cfg.run_id} landed above its roof: ceilings measured again ({rose or 'no figure rose'}); "
+                     f"above roof now: {row['above_roof']}" + (f"; {again} earlier row(s) placed under the new roof"
+                                                               if again else ""))
     row = with_manifest(row, mid)
     if telemetry is not None and not telemetry.frame.empty:
         atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
