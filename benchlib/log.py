@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 
 LOGGER_NAME = "benchlib"
@@ -30,6 +31,23 @@ logger = logging.getLogger(LOGGER_NAME)
 # What every long operation takes to report how far it got: one line of text at a time (a terminal's status
 # line, a notebook's output, a log file; ``info`` below is the default one).
 ProgressFn = Callable[[str], None]
+
+
+def now_and_then(say: ProgressFn, every_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> ProgressFn:
+    """A heartbeat where a line cannot be redrawn (a notebook's output, a log file): ``say`` at most once every
+    ``every_s`` (``PLAIN_HEARTBEAT_S``), the first ``every_s`` after it was made, so a phase shorter than that adds
+    no line at all."""
+    every = PLAIN_HEARTBEAT_S if every_s is None else every_s
+    last = clock()
+
+    def beat(msg: str) -> None:
+        nonlocal last
+        now = clock()
+        if now - last >= every:
+            last = now
+            say(msg)
+    return beat
 
 
 class _Lines(logging.Formatter):

@@ -52,12 +52,16 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
            weights: WeightsPlan | None = None, heartbeat: ProgressFn | None = None) -> Row | None:
     """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead.
 
-    ``progress`` gets a line per phase and epoch, ``heartbeat`` the training step reached (see ``measure``).
+    ``progress`` gets a line per phase and epoch, ``heartbeat`` how far a long phase got (see ``measure``);
+    without one, ``progress`` hears it once a minute (``log.now_and_then``: a notebook's output or a log file,
+    where a status line cannot be redrawn).
 
     Under torchrun only rank 0 records the manifest, measures the ceilings and writes the row.
     """
     layout = ResultsLayout.of(results_dir)
     main_rank = os.environ.get("RANK", "0") == "0"
+    if heartbeat is None and progress is not None:
+        heartbeat = messages.now_and_then(progress)
     manifest = collect_manifest()
     messages.debug(f"{cfg.run_id}: recording into {layout.root} as machine {manifest['machine']}")
     if floors := noise_floor_entry(layout, str(manifest["machine"])):
