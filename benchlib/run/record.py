@@ -218,7 +218,7 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
              results_dir: str | Path, *, sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
              resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = (),
              interleave: bool = True, only_round: int | None = None,
-             progress: ProgressFn | None = say) -> list[Row]:
+             progress: ProgressFn | None = say, supersede: bool = True) -> list[Row]:
     """Measure every configuration of one hardware/model pair, recording each row as it finishes.
 
     ``progress`` gets a line per configuration, phase and epoch (a notebook passes ``print``, so its page
@@ -232,13 +232,20 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     ``only_round``: measure only round ``r`` of the repeats (seed ``settings.seed + r``): a study runs each
     round in a fresh process, since the process, not the step or the seed, is the unit of a comparison.
     The rows other rounds already recorded are returned too.
+
+    ``supersede``: the pair is a study's, its grid the whole of what the study has of it, so this machine's
+    rows of the study and pair that the grid no longer has are moved to ``superseded/``
+    (``set_aside_stale_rows``). ``benchmark()`` and ``compare()`` pass False: each call measures what it
+    names, and a folder they share (``results/adhoc``, study ``adhoc``) holds other calls' rows, which are
+    not stale because this call did not ask for them.
     """
     batch_sizes, sweep, variants = pair_parameters(batch_sizes, sweep, variants, settings)
     layout = ResultsLayout.of(results_dir)
     machine = machine_name()
     configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,
                            variants=variants, interleave=interleave)
-    set_aside_stale_rows(layout.root, configs, machine, progress)
+    if supersede:
+        set_aside_stale_rows(layout.root, configs, machine, progress)
     plans = plan_weights(layout, machine, configs)
     rows: list[Row] = []
     for i, cfg in enumerate(configs, 1):
