@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 LOGGER_NAME = "benchlib"
 LEVEL_ENV = "BENCHLIB_LOG_LEVEL"
@@ -158,3 +161,32 @@ def shown(level: int = logging.INFO) -> bool:
     """Whether a line at ``level`` reaches anyone (a progress display skips its work when not)."""
     _ready()
     return logger.isEnabledFor(level)
+
+
+def _origin(filename: str) -> str | None:
+    """The package a warning came from (``torch``), None for benchlib's own."""
+    parts = Path(filename).parts
+    if LOGGER_NAME in parts:
+        return None
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return parts[parts.index(marker) + 1].removesuffix(".py")
+    return Path(filename).stem
+
+
+def warnings_as_lines(*roots: str | Path) -> None:
+    """Python warnings in this process shown as benchlib's own one-line warnings (``benchlib: warning: ...``,
+    through its logger, so a study relays them too), never with the source line that raised them; another
+    package's warning names that package and its category. A path under one of ``roots`` is written relative
+    to it: a published page names no folder of the machine that made it."""
+    prefixes = [str(Path(r).resolve()).rstrip(os.sep) + os.sep for r in roots]
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: object = None, line: str | None = None) -> None:
+        text = " ".join(str(message).split())
+        for prefix in prefixes:
+            text = re.sub(re.escape(prefix), "", text)
+        origin = _origin(filename)
+        warning(text if origin is None else f"{origin}: {category.__name__}: {text}")
+
+    warnings.showwarning = show

@@ -200,8 +200,9 @@ def set_aside_stale_rows(results_dir: str | Path, configs: Sequence[RunConfig], 
     target = set_aside(layout, stale, stamp)
     if progress and target is not None:
         why = _changed_settings(stale[0].get("settings_json"), first.settings)
+        shown = target.resolve().relative_to(layout.root.resolve().parent)  # under the results root: no local path
         progress(f"{first.hardware}/{first.model}: {len(stale)} row(s) measured with other settings ({why}) "
-                 f"kept aside in {target}")
+                 f"kept aside in {shown}")
     return target
 
 
