@@ -19,17 +19,17 @@ FLOOR_LABELS = {"train_step_s": ("training step", fmt.seconds_text),
 
 def floor_text(pct: float) -> str:
     """A floor as every page words it, its one rounding: two significant digits (5.4%, 29%); a floor that bounds
-    nothing (``run_to_run.NO_BOUND_PCT`` and up) as what it is, not as a bound: ``no bound (runs up to 6.4x
-    apart)``; an en dash where none was measured."""
+    nothing (``run_to_run.NO_BOUND_PCT`` and up) as what it is, not as a bound: ``no bound (identical runs may
+    differ 6.5x)``; an en dash where none was measured."""
     if not np.isfinite(pct):
         return fmt.MISSING
     if not bounds(pct):
-        return f"no bound (runs up to {apart_text(pct)} apart)"
+        return f"no bound (identical runs may differ {apart_text(pct)})"
     return f"{fmt.significant(pct, 2)}%"
 
 
 def apart_text(pct: float) -> str:
-    """How far apart runs of identical settings landed, as a factor: a floor of 545% is 6.5x."""
+    """How far apart two runs of identical settings may land by noise alone, as a factor: a floor of 545% is 6.5x."""
     return f"{fmt.significant(1 + pct / 100, 2)}x"
 
 
@@ -69,11 +69,12 @@ def floor_sentence(f: NoiseFloor) -> str:
         said.append(f"differences between single runs under {' and '.join(claims)} are within this machine's "
                     "run-to-run noise and are not claimed")
     if boundless:
-        said.append(f"its calibration bounds nothing in {' or '.join(label for label, _ in boundless)}: runs of "
-                    f"identical settings landed up to {' and '.join(apart_text(p) for _, p in boundless)} apart, "
-                    "which says the host was busy while it ran, not how far runs differ; single runs in different "
-                    f"processes compared on {'it' if len(boundless) == 1 else 'them'} are inconclusive (run "
-                    "`benchlib calibrate` on a quiet machine)")
+        said.append(f"its calibration bounds nothing in {' or '.join(label for label, _ in boundless)}: its runs "
+                    "of identical settings spread so far that two may differ "
+                    f"{' and '.join(apart_text(p) for _, p in boundless)} by noise alone, which says the host was "
+                    "busy while it ran, not how far runs differ; single runs in different processes compared on "
+                    f"{'it' if len(boundless) == 1 else 'them'} are inconclusive until `benchlib calibrate` runs on "
+                    "a quiet machine")
     busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
             if f.interfered and not boundless else "")
     return f"On {f.machine} ({f.device}), {'; '.join(said)} ({how}; other metrics in the table).{busy}"

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 from ...instruments.run_to_run import bounds
-from .floors import floor_text
+from .floors import apart_text, floor_text
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -262,7 +262,8 @@ def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, ti
         return steps
     words = ("faster", "slower") if timing else ("better", "worse")
     if math.isfinite(floor) and not bounds(floor):  # a calibration on a busy host: no bound, so no floor
-        why = f"this machine's noise floor bounds nothing ({floor_text(floor)}: calibrated on a busy host)"
+        why = (f"this machine's noise floor bounds nothing (identical runs may differ {apart_text(floor)}: "
+               "calibrated on a busy host)")
         if same_process:
             return dataclasses.replace(steps, level="steps", note=f"steps of one process (interleaved); {why}")
         return dataclasses.replace(steps, verdict="inconclusive" if steps.verdict != "unknown" else "unknown",
