@@ -50,6 +50,13 @@ def test_each_series_reports_its_counts_and_seconds(every_pass):
     assert re.fullmatch(r"throughput at batch 8: 2/3 repeats of 5 batches, \d+\.\d s", heard[1]), heard
 
 
+def test_a_series_past_its_budget_counts_toward_where_it_stops():
+    series = inference.throughput_series(64, repeats=50, budget_s=2.0)
+    assert series.status(3, 8.8) == "throughput at batch 64: 3/5 repeats of 5 batches, 8.8 s"
+    assert series.status(5, 8.8) == "throughput at batch 64: 5/5 repeats of 5 batches, 8.8 s", "not 'of up to 2 s'"
+    assert series.status(7, 1.2) == "throughput at batch 64: 7/50 repeats of 5 batches, 1.2 s of up to 2 s"
+
+
 def test_a_slow_throughput_series_stops_at_its_budget_after_its_minimum():
     t0 = time.perf_counter()
     samples = measure_throughput(_Slow(0.01), torch.zeros(8, 3), warmup=0, repeats=50, budget_s=0.2)
