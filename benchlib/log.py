@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import time
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 LOGGER_NAME = "benchlib"
 LEVEL_ENV = "BENCHLIB_LOG_LEVEL"
@@ -30,6 +34,23 @@ logger = logging.getLogger(LOGGER_NAME)
 # What every long operation takes to report how far it got: one line of text at a time (a terminal's status
 # line, a notebook's output, a log file; ``info`` below is the default one).
 ProgressFn = Callable[[str], None]
+
+
+def now_and_then(say: ProgressFn, every_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> ProgressFn:
+    """A heartbeat where a line cannot be redrawn (a notebook's output, a log file): ``say`` at most once every
+    ``every_s`` (``PLAIN_HEARTBEAT_S``), the first ``every_s`` after it was made, so a phase shorter than that adds
+    no line at all."""
+    every = PLAIN_HEARTBEAT_S if every_s is None else every_s
+    last = clock()
+
+    def beat(msg: str) -> None:
+        nonlocal last
+        now = clock()
+        if now - last >= every:
+            last = now
+            say(msg)
+    return beat
 
 
 class _Lines(logging.Formatter):
@@ -140,3 +161,32 @@ def shown(level: int = logging.INFO) -> bool:
     """Whether a line at ``level`` reaches anyone (a progress display skips its work when not)."""
     _ready()
     return logger.isEnabledFor(level)
+
+
+def _origin(filename: str) -> str | None:
+    """The package a warning came from (``torch``), None for benchlib's own."""
+    parts = Path(filename).parts
+    if LOGGER_NAME in parts:
+        return None
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return parts[parts.index(marker) + 1].removesuffix(".py")
+    return Path(filename).stem
+
+
+def warnings_as_lines(*roots: str | Path) -> None:
+    """Python warnings in this process shown as benchlib's own one-line warnings (``benchlib: warning: ...``,
+    through its logger, so a study relays them too), never with the source line that raised them; another
+    package's warning names that package and its category. A path under one of ``roots`` is written relative
+    to it: a published page names no folder of the machine that made it."""
+    prefixes = [str(Path(r).resolve()).rstrip(os.sep) + os.sep for r in roots]
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: object = None, line: str | None = None) -> None:
+        text = " ".join(str(message).split())
+        for prefix in prefixes:
+            text = re.sub(re.escape(prefix), "", text)
+        origin = _origin(filename)
+        warning(text if origin is None else f"{origin}: {category.__name__}: {text}")
+
+    warnings.showwarning = show

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -15,10 +16,11 @@ from scipy import stats as scipy_stats
 from benchlib.cli import main
 from benchlib.env.fingerprint import fingerprint
 from benchlib.errors import ConfigError
-from benchlib.instruments.run_to_run import floor_pcts
+from benchlib.instruments.run_to_run import floor_of, floor_pcts
 from benchlib.pipeline import calibrate, publish
 from benchlib.pipeline import study as study_pipeline
 from benchlib.report.evidence import floors
+from benchlib.report.evidence.stats import compare, judge_single_runs
 from benchlib.run import measure as measure_module
 from benchlib.run import record as record_module
 from benchlib.spec.settings import RunConfig
@@ -33,6 +35,10 @@ from benchlib.store.noise_floor import (
 )
 
 MACHINE = "testbox"
+
+
+def _noise(level: float, n: int = 40, seed: int = 1) -> np.ndarray:
+    return level * (1 + 0.01 * np.random.default_rng(seed).standard_normal(n))
 TINY_CALIBRATION = calibrate.Calibration(
     model="squeezenet1_1", data="synthetic", batch_size=8, image_size=32, steps=2,
     settings={"epochs": 1, "warmup_steps": 1, "infer_warmup_batches": 1, "latency_repeats": 6,
@@ -258,8 +264,8 @@ def test_the_command_prints_the_floor_per_thread_count_and_metric(tmp_path, caps
     assert main(["calibrate", "--results-dir", str(tmp_path), "--runs", "3", "--threads", "1", "2"]) == 0
     out = capsys.readouterr().out
     values = _floor(step=0.5).values
-    step = floors.pct_text(_expected_pct(values[1]["train_step_s"], values[2]["train_step_s"]))
-    infer = floors.pct_text(_expected_pct(values[1]["infer_samples_per_s"]))
+    step = floors.floor_text(_expected_pct(values[1]["train_step_s"], values[2]["train_step_s"]))
+    infer = floors.floor_text(_expected_pct(values[1]["infer_samples_per_s"]))
     assert (f"differences between single runs under {step} in training step time and {infer} in inference "
             "throughput are within this machine's run-to-run noise and are not claimed") in out
     assert "1.5 min" in out and "the runs' figures" in out and "floor %" in out
@@ -330,12 +336,12 @@ def test_the_summary_table_and_sentence_of_a_floor():
     assert len(table) == 2, "one line per metric, its thread counts pooled"
     step = table[table["metric"] == "training step"].iloc[0]
     pooled = _expected_pct(floor.values[1]["train_step_s"], floor.values[2]["train_step_s"])
-    assert step["floor %"] == floors.pct_text(pooled)
+    assert step["floor %"] == floors.floor_text(pooled)
     assert pooled < _expected_pct(floor.values[1]["train_step_s"]), "more runs behind it: a narrower bound"
     assert step["runs"] == 6
     assert step["the runs' figures"] == "1 thread: 100 ms, 110 ms, 120 ms; 2 threads: 50.0 ms, 55.0 ms, 60.0 ms"
     said = floors.noise_floor_sentences([floor], [MACHINE, "otherbox"])
-    infer = floors.pct_text(_expected_pct(floor.values[1]["infer_samples_per_s"]))
+    infer = floors.floor_text(_expected_pct(floor.values[1]["infer_samples_per_s"]))
     assert said[0].startswith(f"On {MACHINE} (cpu), differences between single runs under {step['floor %']} in "
                               f"training step time and {infer} in inference throughput")
     assert "3 fresh runs at each of 1 thread and 2 threads on " in said[0]
@@ -343,6 +349,46 @@ def test_the_summary_table_and_sentence_of_a_floor():
     assert said[1] == ("No noise floor was measured on otherbox: single-run comparisons are inconclusive; run "
                        "`benchlib calibrate`.")
     assert "wider than the machine's quiet floor" in floors.noise_floor_sentences([_floor(interfered=True)])[0]
+
+
+def _busy_floor() -> NoiseFloor:
+    """A calibration beside other work: a floor of about 450% in training step time, far more in inference."""
+    return dataclasses.replace(_floor(), values={
+        1: {"train_step_s": (0.22, 0.30, 0.25, 0.40, 0.21), "infer_samples_per_s": (602.0, 196.0, 711.0, 22.6, 732.0)}})
+
+
+def test_a_floor_that_bounds_nothing_is_said_to_not_printed_as_a_bound():
+    """Issue 36: a busy host's calibration printed as a floor of "190,000%" and of 545% beside 540%."""
+    floor = _busy_floor()
+    step_pct = floor_of([floor], "train_step_s")
+    infer_pct = floor_of([floor], "infer_samples_per_s")
+    assert 100 < step_pct < 1000 and infer_pct > 10_000, (step_pct, infer_pct)
+    table = floors.noise_floor_table([floor])
+    cells = dict(zip(table["metric"], table["floor %"]))
+    assert re.fullmatch(r"no bound \(identical runs may differ [\d.]+x\)", cells["training step"]), cells
+    assert cells["inference throughput"].startswith("no bound"), cells
+    (said,) = floors.noise_floor_sentences([floor])
+    assert "bounds nothing in training step time or inference throughput" in said
+    assert "busy" in said and "inconclusive" in said and "not claimed" not in said
+    page = " ".join([said, *table["floor %"]])
+    assert "%" not in page.replace("% of", ""), page  # no floor quoted as a percentage bound
+    steps = compare(_noise(1.0), _noise(3.0, seed=2), higher_is_better=False)
+    judged = judge_single_runs(steps, step_pct, same_process=False)
+    assert judged.verdict == "inconclusive" and judged.level == "steps", judged
+    assert "bounds nothing" in judged.note and f"{step_pct:.0f}%" not in judged.note + judged.test
+
+
+def test_one_floor_reads_the_same_in_the_table_the_sentence_and_a_comparison():
+    floor = dataclasses.replace(_floor(), values={1: {"train_step_s": (0.100, 0.101, 0.102, 0.1005, 0.1015),
+                                                      "infer_samples_per_s": (100.0, 101.0, 99.0, 100.5, 99.5)}})
+    pct = floor_of([floor], "train_step_s")  # 5.23%: "5%" to one rounding, "5.2%" to the other
+    shown = floors.floor_text(pct)
+    assert f"{pct:.0f}%" != shown, "a floor whose two roundings differ"
+    assert shown in floors.noise_floor_table([floor])["floor %"].tolist()
+    assert f"under {shown} in training step time" in floors.floor_sentence(floor)
+    steps = compare(_noise(1.0), _noise(1.01, seed=2), higher_is_better=False)
+    judged = judge_single_runs(steps, pct, same_process=False)
+    assert judged.test == f"floor ±{shown}" and f"±{shown} (its noise floor)" in judged.note
 
 
 def test_the_published_data_holds_the_floor(tmp_path):

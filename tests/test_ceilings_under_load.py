@@ -129,6 +129,23 @@ def test_rows_are_placed_again_under_a_raised_roof(tmp_path):
     assert refresh_roofs(tmp_path, stored["machine"], torch.device("cpu"), higher) == 0
 
 
+@pytest.mark.slow
+def test_a_roof_raised_by_a_later_row_places_the_earlier_rows_again(tmp_path):
+    """Issue 36: the roof rose during the second pair and the first pair's row stayed under the old one."""
+    s = RunSettings.of(**TINY)
+    record(RunConfig("r", "cpu", "squeezenet1_1", 16, s), tmp_path, progress=None)
+    (first,) = stored_rows(tmp_path)
+    low = _low_roof(tmp_path, interfered=False)
+    refresh_roofs(tmp_path, first["machine"], torch.device("cpu"), low)  # the first row, as under a too-low roof
+    lines: list[str] = []
+    second = record(RunConfig("r", "cpu", "squeezenet1_1", 8, s), tmp_path, progress=lines.append)
+    assert second["roof_peak_flops_per_s"] > 1e9
+    rows = {r["run_id"]: r for r in stored_rows(tmp_path)}
+    assert rows[first["run_id"]]["roof_peak_flops_per_s"] == second["roof_peak_flops_per_s"]
+    assert rows[first["run_id"]]["above_roof"] is not True
+    assert any("1 earlier row(s) placed under the new roof" in line for line in lines), lines
+
+
 def test_the_study_key_for_the_ceilings_at_the_end():
     from benchlib.errors import ConfigError
     from benchlib.spec.study import parse_study

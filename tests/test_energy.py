@@ -337,7 +337,7 @@ def test_under_ddp_inference_energy_counts_rank_0s_gpu_only_and_training_every_l
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    def inference(net, loaders, cfg, device, meter):
+    def inference(net, loaders, cfg, device, meter, tick=None):
         made.append(meter)  # the meter the inference window is read with
         raise _Stop
 

@@ -94,6 +94,10 @@ def _check_tiny_study(results: Path, reports: Path) -> None:
     assert rules["studies"]["tiny"]["rules"]["warmup_steps"] == [1] and rules["studies"]["tiny"]["seeds"] == [0]
     assert "How it was run" in summary and "2 configuration(s) x 1 repeat(s)" in summary
     assert "interfered" in summary, "the configurations table shows the interference flag"
+    for page in (runs / "cpu__squeezenet1_1.html", reports / "tiny" / "profile" / "cpu__squeezenet1_1.html"):
+        text = page.read_text()
+        assert str(results.resolve()) not in text and str(reports.resolve()) not in text, f"a local path in {page}"
+        assert "warnings.warn(" not in text and "Warning: " not in text.replace("benchlib: warning: ", ""), page
 
 
 @pytest.mark.notebook

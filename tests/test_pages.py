@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
+import benchlib.roofline.cache
+from benchlib import log
 from benchlib.instruments.profiler import (
     DEVICE_CATEGORIES,
     HOST_CATEGORIES,
@@ -81,3 +84,30 @@ def test_pair_results_read_like_the_report():
     assert first["interfered"] == "yes: 66.7% of the CPUs used by others"
     assert table.iloc[1]["status"] == "oom: CPU memory above memory_limit_bytes"
     assert not [c for c in _cells(table) if c in ("None", "nan", "NaN")]
+
+
+def test_a_pages_warnings_are_benchlibs_one_liners_without_a_local_path(monkeypatch, capsys, tmp_path):
+    """Issue 36: a published pair page carried Python warnings with their source lines and an absolute path."""
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # restored after the test
+    log.configure()
+    results_dir = tmp_path / "results" / "default"
+    pages.plain_warnings(str(results_dir))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn_explicit(f"re-measuring ceilings in {results_dir}/ceilings/vm__cpu.json: other processes "
+                               "used 56% of the 2 usable CPUs", UserWarning, benchlib.roofline.cache.__file__, 80)
+        warnings.warn_explicit("the profiler saw\nno device", UserWarning,
+                               "/venv/lib/python3.12/site-packages/torch/profiler/profiler.py", 12)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["benchlib: warning: re-measuring ceilings in default/ceilings/vm__cpu.json: other processes "
+                   "used 56% of the 2 usable CPUs",
+                   "benchlib: warning: torch: UserWarning: the profiler saw no device"], err
+
+
+def test_the_profile_pages_files_are_named_under_the_results_root(monkeypatch, tmp_path):
+    shown: list = []
+    monkeypatch.setattr(pages, "display", shown.append)
+    results_dir = tmp_path / "results" / "s"
+    pages.profile_page(_result(), results_dir / "profiles" / "p", "cpu", "resnet18", str(results_dir))
+    text = "\n".join(getattr(o, "data", "") for o in shown if isinstance(getattr(o, "data", None), str))
+    assert str(tmp_path) not in text and "under the results root: `s/profiles/p`" in text, text

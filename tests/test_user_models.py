@@ -337,3 +337,30 @@ def test_a_side_whose_own_row_refused_the_figure_gets_no_ratio_or_verdict():
     (out,) = judged(rows, "variant", "a", ["latency_ms_p50"]).to_dict("records")
     assert out["verdict"] == "unknown" and math.isnan(out["ratio"]) and math.isnan(out["ci_low"]), out
     assert "side A's latency_ms_p50 was refused by its own row (interval too wide" in out["note"], out
+
+
+@pytest.mark.slow
+def test_a_later_call_never_moves_an_earlier_calls_rows(tmp_path):
+    """Issue 36: a compare() in the notebook moved the rows an earlier benchmark() recorded (a batch size it
+    never ran included) into superseded/: both share results/adhoc and study "adhoc"."""
+    import benchlib
+    from benchlib.store.rows import read_results
+
+    class TinyNet(nn.Module):
+        def __init__(self, width: int = 4):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            self.head = nn.Linear(width, 3)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    quick = {"latency_repeats": 3, "latency_budget_s": 0, "warmup_steps": 1, "infer_warmup_batches": 1,
+             "telemetry": False}
+    first = benchlib.benchmark(TinyNet(), hardware="cpu", batch_sizes=[4, 8], image_size=16, steps=2,
+                               results_dir=tmp_path, settings=quick, progress=None)
+    benchlib.compare([TinyNet(), TinyNet(8)], hardware="cpu", batch_sizes=[4], image_size=16, steps=3,
+                     results_dir=tmp_path, settings=quick, metrics=["train_samples_per_s"], progress=None)
+    kept = set(read_results([tmp_path])["run_id"])
+    assert set(first["run_id"]) <= kept, "the earlier call's rows, batch 8 included, stay where they were"
+    assert not (tmp_path / "superseded").exists()

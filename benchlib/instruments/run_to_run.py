@@ -19,6 +19,11 @@ from ..store.noise_floor import NoiseFloor
 # 95%, 4 of 30 identical-settings comparisons (5 pairs of single runs, 6 metrics) were claimed, 6.5% and 8.1%
 # apart against a 6.4% floor (benchmarks/false_alarms.py).
 FLOOR_CONFIDENCE = 0.99
+# A floor from 100% up says two runs of identical settings may land twofold apart or more by noise alone: it bounds
+# no comparison a benchmark makes, and says only that the calibration ran while the host was busy (one VM's
+# calibration beside other test suites gave 545%, and 190,000% for inference throughput). Such a floor is not
+# used as a bound, and a report says why instead of printing it as one.
+NO_BOUND_PCT = 100.0
 
 
 def floor_pct(groups: Sequence[Iterable[float]], *, confidence: float = FLOOR_CONFIDENCE) -> float:
@@ -41,6 +46,11 @@ def floor_pct(groups: Sequence[Iterable[float]], *, confidence: float = FLOOR_CO
     spread_log = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df)
     t = float(stats.t.ppf(0.5 + confidence / 2, df=df))
     return (math.exp(t * spread_log * math.sqrt(2)) - 1.0) * 100.0
+
+
+def bounds(floor: float) -> bool:
+    """Whether a floor (in %) bounds anything: measured (finite) and under ``NO_BOUND_PCT``."""
+    return math.isfinite(floor) and floor < NO_BOUND_PCT
 
 
 def floor_of(floors: Iterable[NoiseFloor], metric: str) -> float:

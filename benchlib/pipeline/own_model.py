@@ -134,7 +134,9 @@ def benchmark(model: ModelSource | str, *, name: str | None = None, hardware: st
     the model's output width (``data/user_data.py``). ``resume`` keeps rows a
     previous call recorded with the same settings (off by default: a model defined in a notebook may have
     changed under the same name). A variant ``hardware`` cannot run is recorded as a ``skipped`` row with
-    the reason (and a warning says so first).
+    the reason (and a warning says so first). A call never moves another call's rows: rows of other batch
+    sizes or settings in ``results_dir`` stay where they are (each row's run id names its settings), where a
+    study would set aside the rows its grid no longer has.
     """
     plan = plan_benchmark(model, name=name, hardware=hardware, batch_sizes=batch_sizes, image_size=image_size,
                           num_classes=num_classes, variants=variants, steps=steps, data=data, data_path=data_path,
@@ -179,7 +181,7 @@ def run_benchmark(plan: BenchmarkPlan, results_dir: str | Path = "results/adhoc"
                   progress: ProgressFn | None = say) -> BenchmarkResults:
     """Measure and record a plan's configurations; the rows come back as a DataFrame (see :func:`benchmark`)."""
     rows = run_pair(plan.study, plan.device, plan.model, list(plan.batch_sizes), plan.settings, results_dir,
-                    variants=list(plan.variants), resume=resume, progress=progress)
+                    variants=list(plan.variants), resume=resume, progress=progress, supersede=False)
     ids = {str(r["run_id"]) for r in rows}
     frame = read_results([results_dir])
     mine = frame[frame["run_id"].isin(ids)].reset_index(drop=True)

@@ -51,8 +51,11 @@ def above_roof(achieved_flops_per_s: float, intensity_flops_per_byte: float, pea
 
 
 
-def roof_dtype(precision: str, device_type: str, tf32: bool) -> str:
-    """The ceiling a configuration runs under: its compute dtype (fp32 matmuls run as tf32 when enabled)."""
+def roof_dtype(precision: str, device_type: str, tf32: bool, quantization: str | None = None) -> str:
+    """The ceiling a configuration runs under: its compute dtype (fp32 matmuls run as tf32 when enabled; a
+    quantized model's int8, which no measured ceiling has)."""
+    if quantization not in (None, "", "none"):
+        return "int8"
     if precision in ("amp_fp16", "fp16"):
         return "fp16"
     if precision in ("amp_bf16", "bf16"):
@@ -85,3 +88,32 @@ def place_on_roof(achieved_flops_per_s: float | None, intensity_flops_per_byte: 
     roof = roof_flops_per_s(intensity_flops_per_byte, peak, bandwidth_bytes_per_s)
     return Placement(roof, achieved_flops_per_s / roof,
                      above_roof(achieved_flops_per_s, intensity_flops_per_byte, peak, bandwidth_bytes_per_s))
+
+
+@dataclass(frozen=True)
+class WorkloadPlacement:
+    """A configuration's training and inference points under one roof: the dtype it runs in, that roof's
+    peak and bandwidth, and each point's placement (what a row's roof columns hold, and what a report shows)."""
+
+    dtype: str
+    peak_flops_per_s: float | None
+    bandwidth_bytes_per_s: float | None
+    train: Placement
+    infer: Placement
+
+    @property
+    def above(self) -> bool | None:
+        """Whether either point sits above the roof (None when neither could be placed)."""
+        flags = [f for f in (self.train.above, self.infer.above) if f is not None]
+        return any(flags) if flags else None
+
+
+def place_workload(peak_flops_per_s: Mapping[str, float], bandwidth_bytes_per_s: float | None, dtype: str, *,
+                   train_flops_per_s: float | None, train_intensity: float | None,
+                   infer_flops_per_s: float | None, infer_intensity: float | None) -> WorkloadPlacement:
+    """Both points of a configuration under the roof of ``dtype``: the one placement behind a row's roof columns
+    as it is recorded and as a report shows it under the roof it draws (``report.evidence.roofs``)."""
+    return WorkloadPlacement(
+        dtype, peak_flops_per_s.get(dtype), bandwidth_bytes_per_s,
+        place_on_roof(train_flops_per_s, train_intensity, peak_flops_per_s, bandwidth_bytes_per_s, dtype),
+        place_on_roof(infer_flops_per_s, infer_intensity, peak_flops_per_s, bandwidth_bytes_per_s, dtype))

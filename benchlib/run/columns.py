@@ -30,7 +30,7 @@ from ..instruments.memory import MemoryReport
 from ..instruments.samples import Samples
 from ..instruments.telemetry import TelemetrySummary
 from ..roofline.measured import Ceilings
-from ..roofline.model import place_on_roof, roof_dtype
+from ..roofline.model import place_workload, roof_dtype
 from ..spec.settings import RunConfig, settings_digest
 from ..store import schema
 from .measurement import Measurement, Quantized
@@ -121,17 +121,16 @@ def roof_columns(row: Mapping[str, Any], ceilings: Ceilings | None, device_type:
     out: Row = {"achieved_train_flops_per_s": train_fps, "achieved_infer_flops_per_s": infer_fps}
     if ceilings is None:
         return out
-    quantized = row.get("quantization") not in (None, "none")
-    dtype = "int8" if quantized else roof_dtype(row["precision"], device_type, bool(row.get("tf32")))  # no int8 roof
-    peaks, bandwidth = ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s
-    train = place_on_roof(train_fps, row["train_arithmetic_intensity"], peaks, bandwidth, dtype)
-    infer = place_on_roof(infer_fps, row["arithmetic_intensity"], peaks, bandwidth, dtype)
-    flags = [f for f in (train.above, infer.above) if f is not None]
+    dtype = roof_dtype(row["precision"], device_type, bool(row.get("tf32")), row.get("quantization"))
+    placed = place_workload(ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s, dtype,
+                            train_flops_per_s=train_fps, train_intensity=row["train_arithmetic_intensity"],
+                            infer_flops_per_s=infer_fps, infer_intensity=row["arithmetic_intensity"])
     out.update({
-        "roof_dtype": dtype, "roof_peak_flops_per_s": peaks.get(dtype), "roof_bandwidth_bytes_per_s": bandwidth,
-        "train_roof_flops_per_s": train.roof_flops_per_s, "roof_fraction": train.fraction,
-        "infer_roof_flops_per_s": infer.roof_flops_per_s, "infer_roof_fraction": infer.fraction,
-        "above_roof": any(flags) if flags else None,
+        "roof_dtype": placed.dtype, "roof_peak_flops_per_s": placed.peak_flops_per_s,
+        "roof_bandwidth_bytes_per_s": placed.bandwidth_bytes_per_s,
+        "train_roof_flops_per_s": placed.train.roof_flops_per_s, "roof_fraction": placed.train.fraction,
+        "infer_roof_flops_per_s": placed.infer.roof_flops_per_s, "infer_roof_fraction": placed.infer.fraction,
+        "above_roof": placed.above,
     })
     return out
 

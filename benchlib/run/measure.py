@@ -22,8 +22,10 @@ from ..data.loaders import Loaders
 from ..engine.inference import (
     LATENCY_TARGET_SAMPLES,
     example_batch,
+    latency_series,
     measure_latency,
     measure_throughput,
+    throughput_series,
 )
 from ..engine.knobs import CompileReport, compile_report, precision_context
 from ..engine.setup import build, check_runs, configuration, num_classes, wrap
@@ -113,7 +115,8 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     ``weights_trained_by`` names that configuration); a training configuration saves them for it.
 
     ``progress`` gets one line per phase (set-up, each epoch, evaluation, inference timing) and
-    ``heartbeat`` the training step reached, for a terminal's status line.
+    ``heartbeat`` how far a long phase got (the training step reached; the inference series, its samples of
+    those it needs and its seconds), for a terminal's status line or a line now and then.
 
     Under torchrun a rank that fails tells the others through :class:`RankWatch`: they stop at once, and
     rank 0 calls ``on_peer_failure`` with the failure (to record it) before its process ends.
@@ -161,10 +164,13 @@ def _tell_the_other_ranks(watch: RankWatch, exc: Exception) -> None:
 
 
 def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.device,
-               meter: EnergyMeter) -> tuple[Samples, Samples, Samples, EnergyReading, EnergyReading]:
-    """Batch-1 latency, working-batch latency, and back-to-back throughput with an energy window around it.
+               meter: EnergyMeter, tick: ProgressFn | None = None
+               ) -> tuple[Samples, Samples, Samples, EnergyReading, EnergyReading]:
+    """Batch-1 latency, working-batch latency, and back-to-back throughput with an energy window around it;
+    ``tick`` hears how far each series got.
 
-    The throughput repeats go on until the energy window is long enough to trust a GPU energy counter.
+    The throughput repeats go on, one at a time, until the energy window is long enough to trust a GPU
+    energy counter.
     """
     s = cfg.settings
 
@@ -179,12 +185,24 @@ def _inference(net: nn.Module, loaders: Loaders, cfg: RunConfig, device: torch.d
     served = unserved_copy if s.knobs.quantization != "none" else (lambda m: m)
     net_1, net_n = served(net), served(net)
     lat1, latn = (measure_latency(m, b, warmup=warm, repeats=repeats, context=per_call, budget_s=s.latency_budget_s,
-                                  target=LATENCY_TARGET_SAMPLES) for m, b in ((net_1, batch1), (net_n, batch_n)))
+                                  target=LATENCY_TARGET_SAMPLES, tick=tick)
+                  for m, b in ((net_1, batch1), (net_n, batch_n)))
     e0 = meter.read()
-    times = list(measure_throughput(net_n, batch_n, warmup=0, repeats=repeats, context=per_call).values)
+    times = list(measure_throughput(net_n, batch_n, warmup=0, repeats=repeats, context=per_call,
+                                    budget_s=s.latency_budget_s, tick=tick).values)
     while meter.counts_gpu and time.monotonic() - e0.t_s < NVML_MIN_WINDOW_S:
-        times += measure_throughput(net_n, batch_n, warmup=0, repeats=repeats, context=per_call).values
+        times += measure_throughput(net_n, batch_n, warmup=0, repeats=1, context=per_call).values
     return lat1, latn, Samples.of(times), e0, meter.read()
+
+
+def inference_plan(cfg: RunConfig) -> str:
+    """What the inference phase times, in the words of its progress line: the warmup, each latency series and
+    the throughput series, each with its counts and budget."""
+    s = cfg.settings
+    latency = latency_series(1, s.latency_repeats, s.latency_budget_s).plan()
+    throughput = throughput_series(cfg.batch_size, s.latency_repeats, s.latency_budget_s).plan()
+    return (f"timing inference: {s.infer_warmup_batches} warmup pass(es) at batch 1 and at {cfg.batch_size}; latency "
+            f"at each: {latency}; throughput at {cfg.batch_size}: {throughput}")
 
 
 @dataclass
@@ -296,10 +314,8 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
         if dist_info is not None and device.type == "cuda":
             infer_meter = EnergyMeter(gpu_uuids=_gpu_uuids(device, None))
         sampler.set_phase("latency")
-        say(f"timing inference at batch 1 and {cfg.batch_size}: {s.latency_repeats} repeats each, up to "
-            f"{LATENCY_TARGET_SAMPLES} within {s.latency_budget_s:g} s, after {s.infer_warmup_batches} warmup "
-            "batch(es)")
-        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, b.loaders, cfg, device, infer_meter)
+        say(inference_plan(cfg))
+        lat1, latn, thr, e_infer0, e_infer1 = _inference(infer_net, b.loaders, cfg, device, infer_meter, heartbeat)
     finally:
         if sampler.running:
             sampler.stop()

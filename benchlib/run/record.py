@@ -52,12 +52,16 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
            weights: WeightsPlan | None = None, heartbeat: ProgressFn | None = None) -> Row | None:
     """Measure ``cfg`` and write its row; a failing configuration writes a failure row instead.
 
-    ``progress`` gets a line per phase and epoch, ``heartbeat`` the training step reached (see ``measure``).
+    ``progress`` gets a line per phase and epoch, ``heartbeat`` how far a long phase got (see ``measure``);
+    without one, ``progress`` hears it once a minute (``log.now_and_then``: a notebook's output or a log file,
+    where a status line cannot be redrawn).
 
     Under torchrun only rank 0 records the manifest, measures the ceilings and writes the row.
     """
     layout = ResultsLayout.of(results_dir)
     main_rank = os.environ.get("RANK", "0") == "0"
+    if heartbeat is None and progress is not None:
+        heartbeat = messages.now_and_then(progress)
     manifest = collect_manifest()
     messages.debug(f"{cfg.run_id}: recording into {layout.root} as machine {manifest['machine']}")
     if floors := noise_floor_entry(layout, str(manifest["machine"])):
@@ -99,10 +103,13 @@ def record(cfg: RunConfig, results_dir: str | Path, *, progress: ProgressFn | No
         device = torch.device(resolve_hardware(cfg.hardware))
         now, before = remeasure_ceilings(layout.root, device)
         row.update(roof_columns(row, now, device.type, int(row.get("world_size") or 1)))
+        rose = raised(before, now)
+        # the rows already written sit under the old roof: placed again now, not at some later end of a study
+        again = refresh_roofs(layout.root, str(manifest["machine"]), device, now) if rose else 0
         if progress:
-            rose = raised(before, now) or "no figure rose"
-            progress(f"{cfg.run_id} landed above its roof: ceilings measured again ({rose}); "
-                     f"above roof now: {row['above_roof']}")
+            progress(f"{cfg.run_id} landed above its roof: ceilings measured again ({rose or 'no figure rose'}); "
+                     f"above roof now: {row['above_roof']}" + (f"; {again} earlier row(s) placed under the new roof"
+                                                               if again else ""))
     row = with_manifest(row, mid)
     if telemetry is not None and not telemetry.frame.empty:
         atomic_write_text(layout.telemetry_path(row["machine"], row["run_id"]), telemetry.to_csv_text())
@@ -193,8 +200,9 @@ def set_aside_stale_rows(results_dir: str | Path, configs: Sequence[RunConfig], 
     target = set_aside(layout, stale, stamp)
     if progress and target is not None:
         why = _changed_settings(stale[0].get("settings_json"), first.settings)
+        shown = target.resolve().relative_to(layout.root.resolve().parent)  # under the results root: no local path
         progress(f"{first.hardware}/{first.model}: {len(stale)} row(s) measured with other settings ({why}) "
-                 f"kept aside in {target}")
+                 f"kept aside in {shown}")
     return target
 
 
@@ -211,7 +219,7 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
              results_dir: str | Path, *, sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
              resume: bool = True, variants: Sequence[Mapping[str, Any] | str | Variant] = (),
              interleave: bool = True, only_round: int | None = None,
-             progress: ProgressFn | None = say) -> list[Row]:
+             progress: ProgressFn | None = say, supersede: bool = True) -> list[Row]:
     """Measure every configuration of one hardware/model pair, recording each row as it finishes.
 
     ``progress`` gets a line per configuration, phase and epoch (a notebook passes ``print``, so its page
@@ -225,13 +233,20 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     ``only_round``: measure only round ``r`` of the repeats (seed ``settings.seed + r``): a study runs each
     round in a fresh process, since the process, not the step or the seed, is the unit of a comparison.
     The rows other rounds already recorded are returned too.
+
+    ``supersede``: the pair is a study's, its grid the whole of what the study has of it, so this machine's
+    rows of the study and pair that the grid no longer has are moved to ``superseded/``
+    (``set_aside_stale_rows``). ``benchmark()`` and ``compare()`` pass False: each call measures what it
+    names, and a folder they share (``results/adhoc``, study ``adhoc``) holds other calls' rows, which are
+    not stale because this call did not ask for them.
     """
     batch_sizes, sweep, variants = pair_parameters(batch_sizes, sweep, variants, settings)
     layout = ResultsLayout.of(results_dir)
     machine = machine_name()
     configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,
                            variants=variants, interleave=interleave)
-    set_aside_stale_rows(layout.root, configs, machine, progress)
+    if supersede:
+        set_aside_stale_rows(layout.root, configs, machine, progress)
     plans = plan_weights(layout, machine, configs)
     rows: list[Row] = []
     for i, cfg in enumerate(configs, 1):

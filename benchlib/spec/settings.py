@@ -77,10 +77,12 @@ class RunSettings:
                                             "needed", min=1, max=LARGE)
     warmup_steps: int = setting(5, "first training steps left out of the step statistics", min=0, max=MANY)
     infer_warmup_batches: int = setting(10, "inference batches run before latency is timed", min=0, max=MANY)
-    latency_repeats: int = setting(50, "timed inference repeats at batch 1 and at the working batch", min=3, max=MANY)
-    latency_budget_s: float = setting(2.0, "seconds each latency series (batch 1, working batch) may go on past "
-                                           "latency_repeats to gather the samples an honest p99 needs (0: exactly "
-                                           "latency_repeats)", min=0.0, max=3600.0)
+    latency_repeats: int = setting(50, "timed inference repeats: the least latency passes at batch 1 and at the "
+                                       "working batch, the most throughput repeats", min=3, max=MANY)
+    latency_budget_s: float = setting(2.0, "seconds each inference series may go on past its minimum: latency "
+                                           "(batch 1, working batch) past latency_repeats toward the samples an "
+                                           "honest p99 needs; throughput past 5 repeats toward latency_repeats "
+                                           "(0: the minimums only)", min=0.0, max=3600.0)
     seed: int = setting(0, "random seed for weights, data order and subsets", min=0, max=SEED_MAX)
     telemetry: bool = setting(True, "sample CPU/GPU telemetry in a background thread while measuring")
     telemetry_interval_s: float = setting(0.1, "seconds between telemetry samples (CPU, memory, GPU via NVML)",

@@ -7,8 +7,6 @@ what is missing, and no column that cannot hold a value on the device that ran (
 from __future__ import annotations
 
 import html
-import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
+from ... import log as messages
 from ...instruments.profiler import REGIONS, ProfileResult
 from ...nets.flops import layer_table as count_layers
 from ...nets.models import build_model
@@ -105,16 +104,21 @@ def steps(table: pd.DataFrame, *, device: bool) -> pd.DataFrame:
     return _formatted(table, columns)
 
 
-def _shown_path(path: Path) -> str:
-    """A path as a reader can use it here: relative to the working folder when it lies under it."""
-    try:
-        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else str(path)
-    except ValueError:
-        return str(path)
+def _shown_path(path: Path, results_dir: str | Path | None = None) -> str:
+    """A path as a reader can use it: relative to the results root (the folder that holds ``results_dir``)
+    where it lies under it, else to the working folder where it lies under that; a published page names no
+    folder of the machine that made it."""
+    resolved = Path(path).resolve()
+    for root in ([Path(results_dir).resolve().parent] if results_dir is not None else []) + [Path.cwd()]:
+        if resolved.is_relative_to(root):
+            return str(resolved.relative_to(root))
+    return str(path)
 
 
-def profile_page(result: ProfileResult, out_dir: str | Path, hardware: str, model: str) -> None:
-    """A pair's profile: breakdown, top operators, per-step regions, the trace and the notes."""
+def profile_page(result: ProfileResult, out_dir: str | Path, hardware: str, model: str,
+                 results_dir: str | Path | None = None) -> None:
+    """A pair's profile: breakdown, top operators, per-step regions, the trace and the notes; its files named
+    relative to the results root (the folder holding ``results_dir``)."""
     device = _device_timeline(result, hardware)
     n = len(result.steps)
     display(Markdown(f"### Step-time breakdown\nWall time of {n} profiled training step(s), split by what ran "
@@ -135,17 +139,16 @@ def profile_page(result: ProfileResult, out_dir: str | Path, hardware: str, mode
     display(Markdown(
         f"### Files\n- [Trace of the profiled steps]({trace}) (gzipped Chrome trace JSON: open it in "
         "[ui.perfetto.dev](https://ui.perfetto.dev) or chrome://tracing)\n"
-        f"- TensorBoard: `tensorboard --logdir {_shown_path(result.tensorboard_dir)}` (torch-tb-profiler plugin)\n"
-        f"- Tables as CSV: `{_shown_path(Path(out_dir))}`" + (f"\n\n### Notes{notes}" if notes else "")))
+        f"- TensorBoard, from the results root: `tensorboard --logdir "
+        f"{_shown_path(result.tensorboard_dir, results_dir)}` (torch-tb-profiler plugin)\n"
+        f"- Tables as CSV, under the results root: `{_shown_path(Path(out_dir), results_dir)}`"
+        + (f"\n\n### Notes{notes}" if notes else "")))
 
 
-def plain_warnings() -> None:
-    """Warnings in this kernel as one line each (``UserWarning: ...``), without the source line that raised them."""
-    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 line: str | None = None) -> str:
-        return f"{category.__name__}: {message}\n"
-
-    warnings.formatwarning = one_line
+def plain_warnings(results_dir: str | Path | None = None) -> None:
+    """Warnings in this kernel as benchlib's one-line warnings, without the source line that raised them, and
+    paths under the results root (the folder holding ``results_dir``) relative to it (``log.warnings_as_lines``)."""
+    messages.warnings_as_lines(*([Path(results_dir).parent] if results_dir is not None else []))
 
 
 def _per_s(value: Any) -> str:

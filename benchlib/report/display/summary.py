@@ -14,13 +14,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
-from ...roofline.measured import load_ceilings
 from ...store.layout import ResultsLayout
 from ...store.noise_floor import load_noise_floors
 from ...store.rows import key_of
 from ..evidence import rules as report_rules
 from ..evidence import selection
 from ..evidence.floors import noise_floor_sentences, noise_floor_table
+from ..evidence.roofs import page_ceilings
 from ..figures import charts, profile, style
 from ..figures import roofline as roofline_figures
 from ..figures.telemetry import telemetry_timeline
@@ -189,7 +189,7 @@ def repeats(df: pd.DataFrame) -> None:
 
 def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -> None:
     """Each device's roofline with its workloads, models across devices, the batch effect, and the roof check."""
-    ceilings = load_ceilings(results_dirs)
+    ceilings = page_ceilings(results_dirs)  # the roofs load() placed every row under
     if not ceilings or selection.ok_rows(df).empty:
         return
     show.heading("Rooflines")

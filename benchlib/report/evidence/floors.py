@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ...instruments.run_to_run import floor_of
+from ...instruments.run_to_run import bounds, floor_of
 from ...store.noise_floor import NoiseFloor
 from ..words import fmt
 
@@ -17,9 +17,20 @@ FLOOR_LABELS = {"train_step_s": ("training step", fmt.seconds_text),
                 "latency_ms_p50": ("latency p50, batch 1", fmt.ms_text), "peak_rss_bytes": ("peak RSS", fmt.bytes_text)}
 
 
-def pct_text(value: float) -> str:
-    """A floor in % as a reader sees it: two significant digits, an en dash where there is none."""
-    return f"{fmt.significant(value, 2)}%" if np.isfinite(value) else fmt.MISSING
+def floor_text(pct: float) -> str:
+    """A floor as every page words it, its one rounding: two significant digits (5.4%, 29%); a floor that bounds
+    nothing (``run_to_run.NO_BOUND_PCT`` and up) as what it is, not as a bound: ``no bound (identical runs may
+    differ 6.5x)``; an en dash where none was measured."""
+    if not np.isfinite(pct):
+        return fmt.MISSING
+    if not bounds(pct):
+        return f"no bound (identical runs may differ {apart_text(pct)})"
+    return f"{fmt.significant(pct, 2)}%"
+
+
+def apart_text(pct: float) -> str:
+    """How far apart two runs of identical settings may land by noise alone, as a factor: a floor of 545% is 6.5x."""
+    return f"{fmt.significant(1 + pct / 100, 2)}x"
 
 
 def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
@@ -32,7 +43,7 @@ def noise_floor_table(floors: Sequence[NoiseFloor]) -> pd.DataFrame:
             label, text = FLOOR_LABELS.get(metric, (metric, fmt.significant))
             per_threads = {n: per[metric] for n, per in sorted(f.values.items()) if per.get(metric)}
             records.append({"machine": f.machine, "device": f.device, "metric": label,
-                            "floor %": pct_text(floor_of([f], metric)),
+                            "floor %": floor_text(floor_of([f], metric)),
                             "runs": sum(len(v) for v in per_threads.values()),
                             "the runs' figures": "; ".join(f"{_threads(n)}: {', '.join(text(v) for v in values)}"
                                                            for n, values in per_threads.items())})
@@ -45,15 +56,28 @@ def _threads(n: int) -> str:
 
 def floor_sentence(f: NoiseFloor) -> str:
     """What one floor lets a comparison of single runs claim (the training step's and inference's floors; the
-    others are in the table) and how it was measured: the one wording of a floor."""
-    step, infer = (pct_text(floor_of([f], m)) for m in ("train_step_s", "infer_samples_per_s"))
+    others are in the table) and how it was measured: the one wording of a floor. A floor that bounds nothing
+    (a calibration on a busy host) is said to, never quoted as a bound."""
+    parts = [(label, floor_of([f], m)) for m, label in (("train_step_s", "training step time"),
+                                                         ("infer_samples_per_s", "inference throughput"))]
     counts = " and ".join(_threads(n) for n in sorted(f.values))
     how = f"{f.runs} fresh runs at each of {counts} on {f.measured_utc[:16].replace('T', ' ')} UTC"
+    claims = [f"{floor_text(pct)} in {label}" for label, pct in parts if bounds(pct) or not np.isfinite(pct)]
+    boundless = [(label, pct) for label, pct in parts if np.isfinite(pct) and not bounds(pct)]
+    said = []
+    if claims:
+        said.append(f"differences between single runs under {' and '.join(claims)} are within this machine's "
+                    "run-to-run noise and are not claimed")
+    if boundless:
+        said.append(f"its calibration bounds nothing in {' or '.join(label for label, _ in boundless)}: its runs "
+                    "of identical settings spread so far that two may differ "
+                    f"{' and '.join(apart_text(p) for _, p in boundless)} by noise alone, which says the host was "
+                    "busy while it ran, not how far runs differ; single runs in different processes compared on "
+                    f"{'it' if len(boundless) == 1 else 'them'} are inconclusive until `benchlib calibrate` runs on "
+                    "a quiet machine")
     busy = (" It was measured while other work ran, so it is wider than the machine's quiet floor."
-            if f.interfered else "")
-    return (f"On {f.machine} ({f.device}), differences between single runs under {step} in training step time "
-            f"and {infer} in inference throughput are within this machine's run-to-run noise and are not claimed "
-            f"({how}; other metrics in the table).{busy}")
+            if f.interfered and not boundless else "")
+    return f"On {f.machine} ({f.device}), {'; '.join(said)} ({how}; other metrics in the table).{busy}"
 
 
 def noise_floor_sentences(floors: Sequence[NoiseFloor], machines: Iterable[str] = ()) -> list[str]:

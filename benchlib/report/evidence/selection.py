@@ -1,6 +1,6 @@
-"""Which rows a report reads and how it names them: the valid rows of results folders, the rows
-that measured, a configuration's key across seeds and settings digests, the device label and the baseline
-variants.
+"""Which rows a report reads and how it names them: the valid rows of results folders (each under the
+roof the page shows), the rows that measured, a configuration's key across seeds and settings digests, the
+device label and the baseline variants.
 """
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pandas as pd
 
 from ...spec.settings import SEED_SUFFIX
 from ...store.rows import invalid_rows, read_results
+from .roofs import page_ceilings, placed
 
 
 def load(results_dirs: Iterable[str]) -> pd.DataFrame:
-    """Every valid row of the given results folders, merged and de-duplicated; the invalid ones, with why,
-    in ``attrs["invalid_rows"]``."""
+    """Every valid row of the given results folders, merged and de-duplicated, each placed under the roof the
+    page shows for its device (``roofs.placed``); the invalid ones, with why, in ``attrs["invalid_rows"]``."""
     dirs = list(results_dirs)
-    df = read_results(dirs)
+    df = placed(read_results(dirs), page_ceilings(dirs))
     df.attrs["invalid_rows"] = invalid_rows(dirs)
     return df
 
@@ -36,11 +37,6 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 def devices_count(df: pd.DataFrame) -> int:
     good = ok_rows(df)
     return 0 if good.empty else int(device_label(good).nunique())
-
-
-def ceilings_device(hardware: str) -> str:
-    """The ceilings file's device name for a row's hardware ('cuda' runs on cuda:0)."""
-    return "cuda:0" if hardware == "cuda" else hardware
 
 
 def config_key(run_id: pd.Series) -> pd.Series:

@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from ...instruments.run_to_run import bounds
+from .floors import apart_text, floor_text
+
 CONFIDENCE = 0.95
 ALPHA = 0.05
 MIN_RANK_TEST = 4  # values a side for Mann-Whitney to be able to reach p < ALPHA
@@ -258,6 +261,14 @@ def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, ti
     if not math.isfinite(steps.ratio) or steps.verdict == "unknown" and not math.isfinite(floor):
         return steps
     words = ("faster", "slower") if timing else ("better", "worse")
+    if math.isfinite(floor) and not bounds(floor):  # a calibration on a busy host: no bound, so no floor
+        why = (f"this machine's noise floor bounds nothing (identical runs may differ {apart_text(floor)}: "
+               "calibrated on a busy host)")
+        if same_process:
+            return dataclasses.replace(steps, level="steps", note=f"steps of one process (interleaved); {why}")
+        return dataclasses.replace(steps, verdict="inconclusive" if steps.verdict != "unknown" else "unknown",
+                                   level="steps", note=f"1 run a side in different processes and {why}: run "
+                                                       f"`benchlib calibrate` on a quiet machine or {repeat_hint()}")
     if math.isfinite(floor):
         band = 1.0 + floor / 100.0
         lows = [x for x in (steps.ci_low, steps.ratio / band) if math.isfinite(x)]
@@ -267,9 +278,9 @@ def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, ti
         note = ""
         if verdict == "inconclusive":
             note = (f"{min(steps.runs_a, steps.runs_b)} run a side; single runs on this machine differ by up to "
-                    f"±{floor:.0f}% (its noise floor); {repeat_hint()}")
+                    f"±{floor_text(floor)} (its noise floor); {repeat_hint()}")
         return dataclasses.replace(steps, ci_low=low, ci_high=high, p_value=math.nan, verdict=verdict,
-                                   level="floor", test=f"floor ±{floor:.0f}%", note=note)
+                                   level="floor", test=f"floor ±{floor_text(floor)}", note=note)
     if same_process:
         note = "steps of one process (interleaved): the comparison leaves out the machine's run-to-run noise"
         if steps.verdict == "inconclusive":

@@ -17,7 +17,8 @@ import seaborn as sns
 from ...roofline.datasheet import datasheet_for
 from ...roofline.measured import Ceilings
 from ...store.atomic import safe_name
-from ..evidence.selection import BASELINE_VARIANTS, ceilings_device, device_label, ok_rows
+from ..evidence.roofs import ceilings_device
+from ..evidence.selection import BASELINE_VARIANTS, device_label, ok_rows
 from ..words import fmt
 from .style import OKABE_ITO, batch_axis, legend_outside, palette, save
 
