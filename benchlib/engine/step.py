@@ -29,10 +29,9 @@ def no_region(_name: str) -> AbstractContextManager[object]:
 def optimizer_impl(s: RunSettings, device: torch.device) -> str:
     """The optimizer kernels a configuration runs: ``s.optimizer_impl``, with ``auto`` resolved.
 
-    ``auto`` on CUDA is ``fused`` for Adam, whose fused kernel takes the gradient scaler's inf check on the
-    device (no per-step host sync), and ``foreach`` for SGD: torch's fused SGD advances its momentum on a
-    step the scaler skips (torch 2.11 on an H200 and 2.14 on a CPU: an fp16 resnet50 reached a NaN loss by
-    its sixth step), so an fp16 SGD row pays the scaler's host read instead. Each optimizer runs the same
+    ``auto`` on CUDA is ``fused`` for SGD and Adam: a fused kernel takes the gradient scaler's inf check on the
+    device, so an fp16 row pays no per-step host read its fp32 and bf16 baselines do not (SGD's momentum
+    buffers are zeroed before its first step: see :func:`make_optimizer`). Each optimizer runs the same
     kernels at every precision, so an fp16 row and its fp32 baseline differ by precision alone.
     Elsewhere it is torch's own choice (``default``).
     """
@@ -40,7 +39,7 @@ def optimizer_impl(s: RunSettings, device: torch.device) -> str:
         return s.optimizer_impl
     if device.type != "cuda":
         return "default"
-    return "foreach" if s.optimizer == "sgd" else "fused"
+    return "fused"
 
 
 def make_optimizer(model: nn.Module, s: RunSettings, device: torch.device | None = None) -> torch.optim.Optimizer:
@@ -50,7 +49,24 @@ def make_optimizer(model: nn.Module, s: RunSettings, device: torch.device | None
                                "for_loop": {"foreach": False}, "default": {}}[impl]
     if s.optimizer == "adam":
         return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay, **kernels)
-    return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay, **kernels)
+    sgd = torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay, **kernels)
+    if impl == "fused" and s.momentum > 0:
+        zero_momentum(sgd)
+    return sgd
+
+
+def zero_momentum(sgd: torch.optim.SGD) -> None:
+    """Give every parameter a zero momentum buffer before the first step.
+
+    torch's fused SGD makes the buffers with ``empty_like`` on its first step and fills them in the kernel;
+    when the fp16 gradient scaler skips that step (usual: its scale starts at 2**16) the kernel writes
+    nothing, the buffers keep whatever memory held (1e30 or inf on a CPU) and the next step diverges. From
+    zero, the first step's buffer is 0 * momentum + grad = grad, exactly what plain SGD's first step keeps
+    (dampening 0), and a skipped step leaves zeros: fused SGD stays bit-identical to the for-loop kernels.
+    """
+    for group in sgd.param_groups:
+        for p in group["params"]:
+            sgd.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 @dataclass

@@ -65,9 +65,9 @@ class RunSettings:
     freeze_backbone: bool = setting(False, "train only the new classifier head (needs pretrained)")
     weights_path: str | None = setting(None, "local .pth state_dict to use instead of the torch hub cache")
     optimizer: str = setting("sgd", "optimizer", choices=OPTIMIZERS)
-    optimizer_impl: str = setting("auto", "optimizer kernels: auto (on CUDA fused for adam, foreach for sgd, whose "
-                                          "fused kernel mishandles a step the fp16 scaler skips; torch's default "
-                                          "elsewhere), for_loop, foreach, fused", choices=OPTIMIZER_IMPLS)
+    optimizer_impl: str = setting("auto", "optimizer kernels: auto (fused on CUDA, SGD's momentum zeroed before "
+                                          "its first step; torch's default elsewhere), for_loop, foreach, fused",
+                                  choices=OPTIMIZER_IMPLS)
     lr: float = setting(0.01, "learning rate", min_exclusive=0.0, max=10.0)
     momentum: float = setting(0.9, "SGD momentum", min=0.0, max_exclusive=1.0)
     weight_decay: float = setting(5e-4, "weight decay", min=0.0, max=1.0)
@@ -235,10 +235,6 @@ def check_consistency(s: RunSettings, where: str) -> None:
     if s.persistent_workers and s.num_workers == 0:
         raise ConfigError(f"{where}: key 'persistent_workers' is true with num_workers 0; allowed: "
                           "persistent_workers only with num_workers >= 1")
-    if s.optimizer == "sgd" and s.optimizer_impl == "fused" and s.momentum > 0 and s.knobs.precision == "amp_fp16":
-        raise ConfigError(f"{where}: key 'optimizer_impl' is fused with sgd (momentum {s.momentum}) under amp_fp16; "
-                          "allowed: foreach, for_loop or auto with sgd under amp_fp16, or optimizer adam (torch's "
-                          "fused SGD advances its momentum on the steps the loss scaler skips: the weights diverge)")
     if s.knobs.compile != "off":
         warm = compile_warm_calls(s.knobs.compile)
         why = ("the first call compiles, the second records the CUDA graph that later calls replay" if warm > 1 else

@@ -97,7 +97,7 @@ IDENTITY = _group(
 SETTINGS = _group(
     ("optimizer", "", "sgd or adam"),
     ("optimizer_impl", "", "the optimizer's kernels: fused, foreach, for_loop, or default (torch's own choice); "
-                           "auto resolved (on CUDA fused for adam, foreach for sgd)"),
+                           "auto resolved (fused on CUDA)"),
     ("lr", "", "learning rate"),
     ("epochs", "", "training epochs asked for"),
     ("pretrained", "", "started from ImageNet weights (transfer learning)"),
