@@ -65,6 +65,7 @@ from gpu_judges import (
     judge_uuid,
     judge_weights_channels_last,
     not_run,
+    scaler_skips,
     sheet_for,
 )
 
@@ -305,12 +306,14 @@ def check_amp(ctx: Context) -> list[Check]:
             continue
         with configuration(ctx.device, _settings(ctx, precision=precision)):  # fp32: TF32 off, strict
             t, x, y = _trainer(ctx, precision)
-            before = [p.detach().clone() for p in t.net.parameters()][-1]
+            start_scale = float(t.scaler.get_scale()) if t.scaler is not None else math.nan
             steps, _ = _timed_steps(ctx, t, x, y)
             medians[precision] = Samples.of(steps).median
             if t.scaler is not None:
-                moved = int(not torch.equal(before, [p.detach() for p in t.net.parameters()][-1]))
-                out.append(judge_scaler(float(t.scaler.get_scale()), moved, ctx.sizes.steps + ctx.sizes.warmup))
+                ran, end_scale = ctx.sizes.steps + ctx.sizes.warmup, float(t.scaler.get_scale())
+                finite = all(bool(torch.isfinite(p).all()) for p in t.net.parameters())
+                skipped = scaler_skips(start_scale, end_scale, t.scaler.get_growth_interval(), ran)
+                out.append(judge_scaler(end_scale, skipped, ran, finite))
     return out + [judge_amp(p, medians[p], medians["fp32"], ctx.sheet) for p in ("amp_bf16", "amp_fp16")
                   if p in medians]
 

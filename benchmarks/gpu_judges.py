@@ -238,12 +238,31 @@ def judge_nvml_handle(found: int, missing: object) -> Check:
 
 # ---------------------------------------------------------------- precision and memory
 
-def judge_scaler(scale: float, updated_steps: int, steps: int) -> Check:
-    """fp16 training works when the scale is finite and positive and the optimizer stepped (a scaler that
-    skips every step on inf gradients leaves the weights where they were)."""
-    ok = math.isfinite(scale) and scale > 0 and updated_steps >= 1
-    return Check("GradScaler: finite scale and weights updated", float(updated_steps), "steps",
-                 f">= 1 of {steps} with a finite scale", ok, f"scale {scale:g}")
+SCALER_SKIPS_ALLOWED = 5  # a scale starting at 2**16 may halve a few times before fp16 gradients fit
+
+
+def scaler_skips(start_scale: float, end_scale: float, growth_interval: int, steps: int) -> int | None:
+    """Steps the scaler skipped, from its scale: each skip halves it, and it grows only after
+    ``growth_interval`` clean steps in a row (None where it could have grown, so halvings do not count)."""
+    if steps >= growth_interval or not (start_scale > 0 and end_scale > 0):
+        return None
+    return max(0, round(math.log2(start_scale / end_scale)))
+
+
+def judge_scaler(scale: float, skipped_steps: int | None, steps: int, weights_finite: bool) -> Check:
+    """fp16 training works when the weights stay finite, the scale stays a finite number of at least 1 and the
+    scaler skipped at most a few steps. NaN weights differ from the weights before and so "moved"; a scale
+    halved on every step stays finite and positive: neither passes here."""
+    ok: bool | None = weights_finite and math.isfinite(scale) and scale >= 1
+    if ok and skipped_steps is None:
+        ok = None  # the scale may have grown between skips: their count cannot be told from it
+    elif skipped_steps is not None:
+        ok = bool(ok) and skipped_steps <= SCALER_SKIPS_ALLOWED
+    said = f"scale {scale:g}, {skipped_steps if skipped_steps is not None else '?'} of {steps} steps skipped"
+    return Check("GradScaler: finite weights, scale >= 1, few skipped steps",
+                 float(skipped_steps) if skipped_steps is not None else None, "skipped steps",
+                 f"<= {SCALER_SKIPS_ALLOWED} of {steps}, scale >= 1, weights finite", ok,
+                 said if weights_finite else f"{said}; non-finite weights")
 
 
 # AMP's step over strict fp32's: tensor cores at 3x fp32 or more on the datasheet give well under 0.6;

@@ -236,9 +236,15 @@ def test_the_step_timer_nhwc_uuid_and_scaler_judgements_can_fail(judges):
     assert judges.judge_uuid("aaa", None).passed is None
     assert judges.judge_nvml_handle(0, ["GPU-aaa"]).passed is False
     assert judges.judge_nvml_handle(1, []).passed is True
-    assert judges.judge_scaler(65536.0, 0, 10).passed is False, "every step skipped: weights never moved"
-    assert judges.judge_scaler(float("inf"), 1, 10).passed is False
-    assert judges.judge_scaler(32768.0, 1, 10).passed is True
+    assert judges.judge_scaler(32768.0, 1, 10, True).passed is True
+    assert judges.judge_scaler(32768.0, 1, 10, False).passed is False, "NaN weights 'moved' but are wrong"
+    assert judges.judge_scaler(float("inf"), 1, 10, True).passed is False
+    halved_each_step = judges.scaler_skips(65536.0, 65536.0 * 0.5**10, 2000, 10)
+    assert halved_each_step == 10 and judges.judge_scaler(64.0, halved_each_step, 10, True).passed is False
+    assert judges.judge_scaler(0.5, judges.scaler_skips(65536.0, 0.5, 2000, 40), 40, True).passed is False
+    assert judges.scaler_skips(65536.0, 1024.0, 100, 200) is None, "it may have grown: halvings do not count"
+    assert judges.judge_scaler(1024.0, None, 200, True).passed is None, "cannot tell: not a pass"
+    assert judges.judge_scaler(1024.0, None, 200, False).passed is False
     assert judges.judge_memory_floor(2e9, 1_500_000_000).passed is False, "a floor above the real peak"
     assert judges.judge_memory_floor(2e9, 2_600_000_000).passed is True
 
