@@ -20,10 +20,32 @@ from benchlib.store.rows import read_results
     (MemoryError(), "oom"),
     (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried"), "oom"),
     (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), "failed"),
+    (getattr(torch, "AcceleratorError", RuntimeError)("CUDA error: out of memory\nCUDA kernel errors might be "
+                                                       "asynchronously reported"), "oom"),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), "oom"),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), "oom"),
+    (torch.distributed.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL "
+                                        "version 2.21.5\nLast error:\nCuda failure 'out of memory'"), "oom"),
+    (RuntimeError("NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"), "failed"),
     (SkippedConfiguration("tf32 is a CUDA knob: it would be ignored on cpu"), "skipped"),
 ])
 def test_each_ending_has_its_status_word(exc, status):
     assert failure_status(exc) == status
+
+
+def test_an_out_of_memory_wrapped_by_another_error_is_still_oom():
+    """torch.compile raises its own error around what failed inside it (raise ... from ...)."""
+    class BackendCompilerFailed(RuntimeError):
+        pass
+
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
+        except torch.OutOfMemoryError as inner:
+            raise BackendCompilerFailed("backend='inductor' raised: see above") from inner
+    except BackendCompilerFailed as outer:
+        assert failure_status(outer) == "oom"
+    assert failure_status(BackendCompilerFailed("backend='inductor' raised: a lowering failed")) == "failed"
 
 
 def test_an_out_of_memory_batch_is_a_row_and_the_study_goes_on(tmp_path, monkeypatch):

@@ -18,17 +18,39 @@ def error_text(exc: BaseException) -> str:
 
 
 def failure_status(exc: BaseException) -> str:
-    """The row status of an exception: skipped, oom, unstable, or failed."""
+    """The row status of an exception: skipped, oom, unstable, or failed.
+
+    Out of memory has many spellings besides ``torch.OutOfMemoryError``: a ``torch.AcceleratorError`` "CUDA
+    error: out of memory", cuBLAS's and cuDNN's ``ALLOC_FAILED``, NCCL's "out of memory", the CPU allocator's
+    plain RuntimeError, and any of them wrapped by another error (``torch.compile`` raises its own around
+    what failed inside): the whole chain of causes is read.
+    """
     if isinstance(exc, MeasurementOutcome):
         return exc.status
+    return "oom" if any(_is_out_of_memory(e) for e in _causes(exc)) else "failed"
+
+
+_OUT_OF_MEMORY_WORDS = (
+    "out of memory",  # CUDA's own error string, NCCL's, and torch's OutOfMemoryError text
+    "_ALLOC_FAILED",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED
+    "DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory",  # the CPU allocator
+)
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return "oom"
-    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in _CPU_ALLOCATION_FAILED):
-        return "oom"  # torch's CPU allocator raises a plain RuntimeError when the host has no memory for a tensor
-    return "failed"
+        return True
+    return isinstance(exc, RuntimeError) and any(w.lower() in str(exc).lower() for w in _OUT_OF_MEMORY_WORDS)
 
 
-_CPU_ALLOCATION_FAILED = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or during, outermost first (each once)."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and all(seen is not c for c in chain):
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
 
 
 def failure_row(cfg: RunConfig, exc: BaseException, machine: str) -> Row:
