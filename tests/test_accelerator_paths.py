@@ -124,6 +124,18 @@ def test_evaluation_warms_every_input_shape_before_its_timed_pass():
     assert result.samples == 10
 
 
+@pytest.mark.parametrize("mode,warm", [("default", 1), ("reduce-overhead", 2), ("max-autotune", 2)])
+def test_evaluation_warms_each_shape_as_often_as_its_compile_mode_needs(mode, warm):
+    """A CUDA-graph mode records its graph on the second call of a shape: one warm pass would leave the
+    recording inside the timed validation pass. The passes are counted on an eager stand-in."""
+    from benchlib.spec.knobs import Knobs
+
+    data = torch.utils.data.TensorDataset(torch.randn(10, 3, 4, 4), torch.randint(0, 5, (10,)))
+    model = _ShapeSpy()
+    evaluate(model, torch.utils.data.DataLoader(data, batch_size=4), torch.device("cpu"), Knobs(compile=mode))
+    assert model.seen == [4] * warm + [2] * warm + [4, 4, 2]
+
+
 @pytest.mark.slow
 def test_a_compiled_variants_first_epoch_is_left_out_of_epoch_time(tmp_path):
     from benchlib.engine.knobs import unsupported_reason

@@ -21,7 +21,7 @@ from ..errors import MemoryCeilingError, NonFiniteLossError
 from ..instruments.timing import RegionClock, StepTimer
 from ..log import ProgressFn
 from ..spec.knobs import Knobs
-from ..spec.settings import RunSettings
+from ..spec.settings import RunSettings, compile_warm_calls
 from .knobs import precision_context
 from .step import Trainer, in_memory_format, to_device, train_step
 
@@ -200,16 +200,18 @@ def _batch_sizes_of(loader: Iterable, first: int) -> list[int]:
 
 
 def warm_input_shapes(model: nn.Module, loader: Iterable, device: torch.device, knobs: Knobs) -> None:
-    """Run one untimed forward pass per input shape the loader will yield.
+    """Run the untimed forward passes each input shape the loader will yield needs before it runs at pace.
 
-    The first pass of each shape is where a compiled model compiles and cuDNN autotunes; timing it
-    would put both inside an evaluation figure.
+    The first pass of each shape is where a compiled model compiles and cuDNN autotunes; a compile mode with
+    CUDA graphs (``reduce-overhead``, ``max-autotune``) records its graph on the second
+    (``compile_warm_calls``). Timing either would put them inside an evaluation figure.
     """
     x, _ = next(iter(loader))
     for size in _batch_sizes_of(loader, int(x.shape[0])):
         inputs = in_memory_format(x[:size].to(device, non_blocking=True), knobs)
-        with precision_context(knobs, device):
-            model(inputs)
+        for _ in range(compile_warm_calls(knobs.compile)):
+            with precision_context(knobs, device):
+                model(inputs)
 
 
 @torch.inference_mode()
