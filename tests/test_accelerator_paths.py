@@ -590,3 +590,18 @@ def test_the_timed_region_is_measured_on_the_host_from_the_first_timed_step(tmp_
     assert 0 < row["data_wait_fraction"] < 1
     wall = waits / row["data_wait_fraction"]
     assert wall >= total * 0.99, "the host's region holds the steps (on a CPU, one clock)"
+
+
+@pytest.mark.parametrize("memory_format", ["channels_last", "contiguous"])
+def test_synthetic_batches_are_made_in_the_variants_memory_format_once(memory_format):
+    """A channels_last variant's synthetic batches are channels_last from the start: the conversion inside
+    every timed step then copies nothing (the same storage comes back)."""
+    from benchlib.engine.step import to_device
+
+    s = RunSettings.of(dataset="synthetic", image_size=8, synthetic_samples=16, memory_format=memory_format)
+    loaders = build_loaders(s, 4, torch.device("cpu"))
+    for loader in (loaders.train, loaders.test):
+        x, y = next(iter(loader))
+        assert x.is_contiguous(memory_format=torch.channels_last) == (memory_format == "channels_last")
+        stepped, _ = to_device(x, y, torch.device("cpu"), s.knobs)
+        assert stepped.data_ptr() == x.data_ptr(), "no copy inside the step"

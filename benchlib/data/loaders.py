@@ -27,20 +27,23 @@ def seed_worker(worker_id: int) -> None:
 
 
 class SyntheticBatches:
-    """Random images and labels generated once on the target device and cycled.
+    """Random images and labels generated once on the target device, in the variant's memory format, and cycled.
 
-    Re-iterable like a DataLoader; ``len`` is the number of batches per epoch.
+    Re-iterable like a DataLoader; ``len`` is the number of batches per epoch. Made channels_last once here,
+    a step's own conversion (``engine.step.in_memory_format``) finds them so and copies nothing.
     """
 
     def __init__(self, samples: int, batch_size: int, image_size: int, num_classes: int,
-                 device: torch.device, seed: int, shard: tuple[int, int] = (0, 1)):
+                 device: torch.device, seed: int, shard: tuple[int, int] = (0, 1),
+                 memory_format: torch.memory_format = torch.contiguous_format):
         rank, world = shard
         global_batch = batch_size * world
         gen = torch.Generator().manual_seed(seed)
         distinct = min(_SYNTHETIC_DISTINCT_BATCHES, max(1, samples // global_batch))
         part = slice(rank * batch_size, (rank + 1) * batch_size)  # each rank's share of the same global batch
         self._batches = [
-            (torch.randn(global_batch, 3, image_size, image_size, generator=gen)[part].to(device),
+            (torch.randn(global_batch, 3, image_size, image_size, generator=gen)[part].to(device)
+             .contiguous(memory_format=memory_format),
              torch.randint(0, num_classes, (global_batch,), generator=gen)[part].to(device))
             for _ in range(distinct)
         ]
@@ -74,10 +77,12 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: 
     """
     rank, world = shard
     if s.dataset == "synthetic":
+        layout = torch.channels_last if s.knobs.memory_format == "channels_last" else torch.contiguous_format
         train = SyntheticBatches(s.synthetic_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed,
-                                 shard)
+                                 shard, layout)
         test_samples = max(batch_size, s.synthetic_samples // 4)
-        test = SyntheticBatches(test_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed + 1)
+        test = SyntheticBatches(test_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed + 1,
+                                memory_format=layout)
         return Loaders(train, test, s.synthetic_classes, len(train) * batch_size, len(test) * batch_size, True)
     splits = load_dataset(s.dataset, s.data_path, s.image_size, train_subset=s.train_subset,
                           test_subset=s.test_subset, seed=s.seed, augment=s.augment)
