@@ -605,3 +605,33 @@ def test_synthetic_batches_are_made_in_the_variants_memory_format_once(memory_fo
         assert x.is_contiguous(memory_format=torch.channels_last) == (memory_format == "channels_last")
         stepped, _ = to_device(x, y, torch.device("cpu"), s.knobs)
         assert stepped.data_ptr() == x.data_ptr(), "no copy inside the step"
+
+
+def test_tf32_set_through_torchs_newer_api_is_read_and_restored_without_an_error():
+    """torch refuses to read the legacy ``allow_tf32`` once a notebook set ``fp32_precision``: benchlib's
+    manifest, variant flags and ceilings read and set TF32 through whichever API is in use. In a fresh process:
+    the newer API, once used, stays for the rest of the process."""
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from benchlib.engine.knobs import backend_flags
+from benchlib.env.manifest import collect_manifest
+from benchlib.env.tf32 import tf32_enabled
+from benchlib.spec.knobs import Knobs
+torch.backends.cuda.matmul.fp32_precision = "tf32"
+try:
+    torch.backends.cuda.matmul.allow_tf32
+    raise SystemExit("torch read the legacy flag: the case under test did not arise")
+except RuntimeError:
+    pass
+assert tf32_enabled("matmul") is True
+with backend_flags(Knobs(tf32=False)):
+    assert tf32_enabled("matmul") is False and torch.backends.cuda.matmul.fp32_precision == "ieee"
+assert torch.backends.cuda.matmul.fp32_precision == "tf32", "restored in the API it was set with"
+assert collect_manifest()["default_tf32_matmul"] is True
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..env.devices import bf16_supported, cpu_model_name
 from ..env.gpu import compile_problem, gpu_facts
+from ..env.tf32 import tf32
 from ..env.threads import choose_threads
 from ..spec.knobs import Knobs
 
@@ -130,17 +131,14 @@ def backend_flags(v: Knobs) -> Iterator[None]:
     fp32 variant is strict fp32. Threads follow :func:`~benchlib.env.threads.choose_threads` for every
     configuration, so one that sets none does not inherit the count of the one before it.
     """
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    threads_before = torch.get_num_threads()
-    torch.backends.cuda.matmul.allow_tf32 = v.tf32
-    torch.backends.cudnn.allow_tf32 = v.tf32
+    benchmark_before, threads_before = torch.backends.cudnn.benchmark, torch.get_num_threads()
     torch.backends.cudnn.benchmark = v.cudnn_benchmark
     torch.set_num_threads(choose_threads(v.threads).threads)
     try:
-        yield
+        with tf32(v.tf32):
+            yield
     finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-         torch.backends.cudnn.benchmark) = saved
+        torch.backends.cudnn.benchmark = benchmark_before
         torch.set_num_threads(threads_before)
 
 

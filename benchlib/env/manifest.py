@@ -16,6 +16,7 @@ import torch
 from .._version import __version__
 from ..errors import one_line
 from .devices import available_hardware, cpu_model_name
+from .tf32 import float32_matmul_precision, tf32_enabled
 from .threads import slurm_cpus, usable_cpus
 
 
@@ -107,10 +108,10 @@ def collect_manifest() -> dict[str, Any]:
         "mkldnn_available": torch.backends.mkldnn.is_available(),
         "hardware_available": available_hardware(),
         # The process's defaults; each configuration sets its variant's own (the row's tf32, cudnn_benchmark).
-        "default_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "default_tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "default_tf32_matmul": tf32_enabled("matmul"),
+        "default_tf32_cudnn": tf32_enabled("cudnn"),
         "default_cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "default_float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_float32_matmul_precision": float32_matmul_precision(),
     }
     manifest.update(_cuda_section())
     return manifest

@@ -29,6 +29,7 @@ import torch
 from ..env.devices import bf16_supported, device_name, resolve_hardware, synchronize
 from ..env.gpu import copy_bytes_for, gpu_facts, matmul_size_for, tf32_in_effect
 from ..env.manifest import driver_version
+from ..env.tf32 import tf32
 from ..env.threads import usable_cpu_ids
 from ..instruments import interference
 from ..instruments.interference import DEFAULT_THRESHOLD_PCT
@@ -66,38 +67,17 @@ def _resolve_device(device: str | torch.device) -> torch.device:
 
 
 @contextlib.contextmanager
-def _tf32_matmul(enabled: bool) -> Iterator[None]:
-    """Set cuBLAS TF32 for the block and restore the caller's setting, whatever happens inside.
-
-    Uses the legacy ``allow_tf32`` flag (what the manifest records) unless the caller already set the
-    newer ``fp32_precision`` API: torch refuses to read the legacy flag once the two are mixed.
-    """
-    matmul = torch.backends.cuda.matmul
-    attr: str
-    before: bool | str
-    value: bool | str
-    try:
-        attr, before, value = "allow_tf32", matmul.allow_tf32, enabled
-    except RuntimeError:
-        attr, before, value = "fp32_precision", matmul.fp32_precision, "tf32" if enabled else "ieee"
-    setattr(matmul, attr, value)
-    try:
-        yield
-    finally:
-        setattr(matmul, attr, before)
-
-
-@contextlib.contextmanager
-def _cudnn(tf32: bool) -> Iterator[None]:
+def _cudnn(tf32_on: bool) -> Iterator[None]:
     """cuDNN's TF32 for the block (on by default in torch: an fp32 convolution would run as tf32) and its
     autotuner on (a roof is the fastest algorithm); the caller's settings restored."""
     cudnn = torch.backends.cudnn
-    before = (cudnn.allow_tf32, cudnn.benchmark)
-    cudnn.allow_tf32, cudnn.benchmark = tf32, True
+    before = cudnn.benchmark
+    cudnn.benchmark = True
     try:
-        yield
+        with tf32(tf32_on, ("cudnn",)):
+            yield
     finally:
-        cudnn.allow_tf32, cudnn.benchmark = before
+        cudnn.benchmark = before
 
 
 def _precision_context(dtype_name: str, device: torch.device) -> contextlib.AbstractContextManager[None]:
@@ -108,8 +88,8 @@ def _precision_context(dtype_name: str, device: torch.device) -> contextlib.Abst
 
 
 @contextlib.contextmanager
-def _cuda_precision(tf32: bool) -> Iterator[None]:
-    with _tf32_matmul(tf32), _cudnn(tf32):
+def _cuda_precision(tf32_on: bool) -> Iterator[None]:
+    with tf32(tf32_on, ("matmul",)), _cudnn(tf32_on):
         yield
 
 
