@@ -123,7 +123,7 @@ def test_run_says_each_phase_and_where_it_wrote_the_row(capsys, tmp_path):
     assert code == 0
     progress = [ln for ln in captured.err.splitlines() if ln.startswith("[benchlib] ")]
     for phase in ("set up on ", "epoch 1/1 done in ", "evaluating on the test split (32 samples)",
-                  "timing inference at batch 1 and 16: 3 repeats each"):
+                  "timing inference: 1 warmup pass(es) at batch 1 and at 16; latency at each: at least 3 passes"):
         assert any(phase in ln for ln in progress), phase
     rows = list((tmp_path / "rows").glob("*.json"))
     assert len(rows) == 1 and progress[-1].startswith(f"[benchlib] row written to {rows[0]}")

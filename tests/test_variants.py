@@ -152,11 +152,11 @@ def test_fp16_training_on_cpu_is_refused_with_the_bf16_hint():
     assert reason == "fp16 autocast training is not supported on CPU; use amp_bf16"
 
 
-@pytest.mark.parametrize("forced", ["off", "on", None, "maybe"])
+@pytest.mark.parametrize("forced", ["off", "on", None])
 def test_bf16_on_a_cpu_is_refused_only_where_its_probe_finds_no_bf16_kernels(monkeypatch, forced):
-    """BENCHLIB_CPU_BF16 fakes the probe either way, so both answers are checked on every CPU; unset (or any
-    other value) it is oneDNN's answer."""
-    from benchlib.env.devices import bf16_supported
+    """BENCHLIB_CPU_BF16 fakes the probe either way, so both answers are checked on every CPU; unset it is
+    oneDNN's answer."""
+    from benchlib.env.devices import bf16_supported, cpu_model_name
 
     monkeypatch.delenv("BENCHLIB_CPU_BF16", raising=False)
     onednn = bf16_supported("cpu")
@@ -165,8 +165,18 @@ def test_bf16_on_a_cpu_is_refused_only_where_its_probe_finds_no_bf16_kernels(mon
     has = {"off": False, "on": True}.get(forced, onednn)
     assert bf16_supported("cpu") is has
     reason = unsupported_reason(Knobs(precision="amp_bf16"), "cpu", training=True)
-    assert reason == (None if has else "this CPU has no bf16 kernels (oneDNN reports bf16 unsupported); use fp32")
+    assert reason == (None if has else f"this CPU ({cpu_model_name()}) has no bf16 kernels (oneDNN reports bf16 "
+                      "unsupported); use fp32")
     assert unsupported_reason(Knobs(precision="amp_bf16"), "cpu", training=False) == reason
+
+
+def test_a_value_of_the_bf16_override_other_than_on_or_off_is_refused_in_one_line(monkeypatch):
+    from benchlib.env.devices import bf16_supported
+    from benchlib.errors import ConfigError
+
+    monkeypatch.setenv("BENCHLIB_CPU_BF16", "maybe")
+    with pytest.raises(ConfigError, match="BENCHLIB_CPU_BF16=maybe; allowed: off, on, or unset"):
+        bf16_supported("cpu")
 
 
 def test_quantization_on_cuda_is_refused():
