@@ -122,15 +122,18 @@ def run_study(cfg: StudyConfig, *, results_root: str | Path = "results", reports
     """Run (or resume) every pair (or only pair number ``only_pair``), then the summary (``benchlib study``;
     from Python: ``benchlib.run_study(benchlib.load_study("params/x.yaml"))``).
 
-    The study holds its results folder's lock while it runs (a SLURM array task only its pair's), so a
-    second study on the same folder refuses instead of measuring under the first one's load.
+    The study holds its results folder's lock while it runs (``store.lock``): a second study on the same
+    folder refuses instead of measuring under the first one's load; a SLURM array task holds it shared with
+    the other pairs' tasks and its own pair's alone, so a whole study and a pair task never measure side by side.
     """
+    if fresh and only_pair is not None:
+        raise ConfigError("--fresh with --pair: a pair task would move aside the results the other pairs' tasks "
+                          "are writing; allowed: --fresh on a whole study, or move the folder aside before the array")
     cwd = (cwd or Path.cwd()).resolve()
     paths = StudyPaths.for_study(cfg.study, Path(results_root).resolve(), Path(reports_root).resolve())
     writable_folder(paths.results.root, "--results-root")
     writable_folder(paths.reports.runs_dir, "--reports-root")
-    scope = "study" if only_pair is None else f"pair-{only_pair}"
-    with folder_lock(paths.results.root, scope):
+    with folder_lock(paths.results.root, only_pair):
         return _run_study(cfg, paths, cwd=cwd, cell_timeout_s=cell_timeout_s, fresh=fresh, only_pair=only_pair,
                           summary=summary)
 
