@@ -145,7 +145,12 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
             _log(f"--fresh: moved old output to {old}")
         writable_folder(paths.results.root, "--results-root")
         writable_folder(paths.reports.runs_dir, "--reports-root")
-    if removed := remove_stale_temp_files(paths.results.root):
+    # a notebook being run saves to a temporary file that may wait long for its next save: the report's are
+    # removed only where no pair task of the study can be running one (a whole study holds the folder alone)
+    removed = remove_stale_temp_files(paths.results.root)
+    if only_pair is None:
+        removed += remove_stale_temp_files(paths.reports.root)
+    if removed:
         _log(f"removed {removed} temporary file(s) an interrupted run left behind")
     bench = publish.notebooks_dir() / "benchmark.ipynb"
     pairs = cfg.pairs() if only_pair is None else [cfg.pairs()[only_pair]]
