@@ -166,8 +166,12 @@ def _take(path: Path, exclusive: bool, refusal: Callable[[], str | None]) -> _He
         left = _read_holder(path)  # a holder that died holding it (killed, its machine gone)
         if left is not None and (left.pid, left.host) != (os.getpid(), socket.gethostname()):
             gone = "which no longer runs" if left.alive() is False else "which no longer holds it"
-            warnings.warn(f"{path}: taking over a lock of process {left.pid} on host {left.host}, {gone}",
-                          stacklevel=4)
+            try:
+                warnings.warn(f"{path}: taking over a lock of process {left.pid} on host {left.host}, {gone}",
+                              stacklevel=4)
+            except BaseException:  # warnings made errors: the lock is not kept by a taker that fails
+                held.release()
+                raise
     return held
 
 
