@@ -79,6 +79,11 @@ class FolderLocked(BenchlibError):
     """Another live process holds the results folder (``store.lock``)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's cancel, ``kill``), raised in the command's main thread so that it leaves as Ctrl-C
+    does: the kernel papermill started stopped, the results folder's lock released, one line said."""
+
+
 class BrowserError(RuntimeError):
     """Chromium did not start, answer or load a page in time (``pipeline.page_check``)."""
 

@@ -273,15 +273,14 @@ def _lock(folder: Path, pid: int) -> Path:
 
 
 def test_a_second_study_on_a_locked_folder_is_refused(tmp_path, untouched, capsys):
+    from lock_holder import held_elsewhere
+
     path = tmp_path / "p.yaml"
     path.write_text(BASE)
-    lock = _lock(untouched / "s", os.getppid())  # a live process
-    try:
+    with held_elsewhere(untouched / "s") as holder:  # a live study, in a process of its own
         _fails_in_one_line(capsys, ["study", str(path), "--results-root", str(untouched), "--reports-root",
-                                    str(tmp_path / "reports")], 2, "is in use by process", str(os.getppid()),
+                                    str(tmp_path / "reports")], 2, "is in use by process", str(holder),
                            "allowed: one study per results folder at a time")
-    finally:
-        lock.unlink()
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(tmp_path):

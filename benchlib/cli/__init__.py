@@ -1,5 +1,8 @@
 """The ``benchlib`` command: its entry point, and how an error reaches the user.
 
+SIGTERM (a scheduler's cancel, ``kill``) takes Ctrl-C's way out: the running kernel is stopped, the lock
+released, and ``benchlib: terminated`` is the last line, with exit code 143.
+
 Bad input gets one line on stderr naming the problem and what is allowed, exit code 2, and no
 traceback unless ``--debug``; so does a single configuration that ended without a measurement and without
 a row to record it (a ``MeasurementOutcome`` out of ``run --no-save``, ``profile`` or ``layers``). The
@@ -11,13 +14,16 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import signal
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 from .. import log as messages
-from ..errors import BenchlibError, MeasurementOutcome
+from ..errors import BenchlibError, MeasurementOutcome, Terminated
 from .parser import build_parser
 
 __all__ = ["build_parser", "entry", "main"]
@@ -25,6 +31,8 @@ __all__ = ["build_parser", "entry", "main"]
 # A command about one configuration whose configuration ended without a measurement (skipped, unstable...) and
 # had no row to record it in: the same exit as input refused, one line, as admission would have said it.
 EXIT_NO_MEASUREMENT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
 _ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.ENAMETOOLONG)
 
 
@@ -42,6 +50,25 @@ def _without_the_iri_grammar() -> None:
         sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # what an ImportError is made of
 
 
+def _terminate(_signum: int, _frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM would cut short the cleanup of the first
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raised as :class:`Terminated` (a ``KeyboardInterrupt``) for the block, where a handler can be
+    set (the main thread); the handler before is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     _without_the_iri_grammar()
@@ -53,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("-v and -q: choose one")
     messages.configure(messages.level_from(getattr(args, "verbose", False), getattr(args, "quiet", False)))
     try:
-        return int(args.func(args))
+        with _sigterm_as_interrupt():
+            return int(args.func(args))
     except BenchlibError as exc:
         if args.debug:
             raise
@@ -64,9 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"benchlib: error: {exc.status}: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_NO_MEASUREMENT
-    except KeyboardInterrupt:
-        print("benchlib: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"benchlib: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0

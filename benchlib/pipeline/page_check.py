@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import BrowserError
+from ..store.atomic import atomic_write_bytes
 from ..store.layout import ReportLayout, reports_index
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -175,7 +176,7 @@ class Browser:
         data = self.send("Page.captureScreenshot", {"format": "png"}, session=True)["data"]
         self._viewport(self.height_px)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(base64.b64decode(data))
+        atomic_write_bytes(out, base64.b64decode(data))
         return out
 
     def close(self) -> None:

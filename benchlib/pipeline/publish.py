@@ -1,4 +1,9 @@
-"""Executing notebooks with papermill and publishing them: HTML pages, the data they show, the index."""
+"""Executing notebooks with papermill and publishing them: HTML pages, the data they show, the index.
+
+Every file written here is written atomically (``store.atomic``): papermill saves the notebook it runs
+after every cell, so it saves to a temporary name that becomes the executed notebook when the run ends; a
+run that fails keeps what it saved only where that is a whole notebook (a full disk or a kill tears it).
+"""
 from __future__ import annotations
 
 import datetime as dt
@@ -25,7 +30,7 @@ from .._version import __version__
 from ..errors import ConfigError
 from ..report.display import site
 from ..report.words import dictionary
-from ..store.atomic import atomic_write_json, atomic_write_text, json_text
+from ..store.atomic import atomic_copy, atomic_path, atomic_write_json, atomic_write_text, json_text, temp_beside
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 
 KERNEL_NAME = "python3"
@@ -90,19 +95,44 @@ def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Pat
             cell_timeout_s: int | None, progress: bool = True, kernel_env: Mapping[str, str] | None = None) -> None:
     """Run ``notebook`` into ``output`` with ``params``; raises PapermillExecutionError on a failing cell.
 
-    The executed notebook is written even when a cell fails, with the failing cell marked. ``kernel_env``:
-    variables the kernel starts with where this process does not set them already.
+    The executed notebook is written even when a cell fails, with the failing cell marked (atomically: papermill
+    saves to a temporary name, see the module's docstring). ``kernel_env``: variables the kernel starts with
+    where this process does not set them already.
     """
     check_parameters(notebook, params)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    saving = temp_beside(output, ".ipynb")  # papermill warns on a name that does not end in .ipynb
     manager = kernel_manager()
-    with _environment({**QUIET_KERNEL_ENV, **(kernel_env or {})}):
-        papermill.execute_notebook(
-            str(notebook), str(output), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
-            execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
-            request_save_on_cell_execute=True, shutdown_kernel=KERNEL_SHUTDOWN,
-            **({"kernel_manager_class": manager} if manager else {}),
-        )
+    try:
+        with _environment({**QUIET_KERNEL_ENV, **(kernel_env or {})}):
+            papermill.execute_notebook(
+                str(notebook), str(saving), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
+                execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
+                request_save_on_cell_execute=True, shutdown_kernel=KERNEL_SHUTDOWN,
+                **({"kernel_manager_class": manager} if manager else {}),
+            )
+    except BaseException:
+        keep_notebook(saving, output, failed=True)
+        raise
+    keep_notebook(saving, output)
+
+
+def keep_notebook(saving: Path, output: Path, *, failed: bool = False) -> bool:
+    """The notebook papermill saved at ``saving`` put in ``output``'s place atomically, its recorded output
+    path made ``output``'s; whether it was. After a run that ``failed``, one that is not a whole notebook (a
+    full disk or a kill tore it) is dropped and ``output`` keeps what it held, since the run's own error is
+    what the caller reports; otherwise its error is raised."""
+    try:
+        nb = nbformat.reads(saving.read_text(encoding="utf-8"), as_version=4)
+        if "papermill" in nb.metadata:
+            nb.metadata.papermill["output_path"] = str(output)
+        atomic_write_text(output, nbformat.writes(nb))
+        return True
+    except (OSError, ValueError):  # nbformat's NotJSONError is a ValueError
+        if not failed:
+            raise
+        return False
+    finally:
+        saving.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -174,12 +204,12 @@ def copy_data(results_dirs: Sequence[Path], report: ReportLayout) -> list[Path]:
         dest.mkdir(parents=True, exist_ok=True)
         for src in (layout.results_csv, layout.results_parquet, layout.run_rules_path):
             if src.exists():
-                shutil.copyfile(src, dest / src.name)
+                atomic_copy(src, dest / src.name)
         for sub, files in (("manifests", layout.manifest_files()), ("ceilings", layout.ceilings_files()),
                            ("noise_floor", layout.noise_floor_files())):
             for src in files:
                 (dest / sub).mkdir(exist_ok=True)
-                shutil.copyfile(src, dest / sub / src.name)
+                atomic_copy(src, dest / sub / src.name)
         copies.append(dest)
     return copies
 
@@ -232,11 +262,9 @@ def publish_trace(trace: Path, dest: Path) -> Path | None:
     """A profile's Chrome trace, gzipped beside its page (Perfetto and chrome://tracing open ``.json.gz``)."""
     if not trace.exists():
         return None
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    with trace.open("rb") as src, gzip.open(tmp, "wb", compresslevel=6) as out:
+    with (atomic_path(dest) as tmp, trace.open("rb") as src, open(tmp, "wb") as raw,
+          gzip.GzipFile(dest.name.removesuffix(".gz"), "wb", compresslevel=6, fileobj=raw) as out):
         shutil.copyfileobj(src, out)
-    tmp.replace(dest)
     return dest
 
 

@@ -122,15 +122,18 @@ def run_study(cfg: StudyConfig, *, results_root: str | Path = "results", reports
     """Run (or resume) every pair (or only pair number ``only_pair``), then the summary (``benchlib study``;
     from Python: ``benchlib.run_study(benchlib.load_study("params/x.yaml"))``).
 
-    The study holds its results folder's lock while it runs (a SLURM array task only its pair's), so a
-    second study on the same folder refuses instead of measuring under the first one's load.
+    The study holds its results folder's lock while it runs (``store.lock``): a second study on the same
+    folder refuses instead of measuring under the first one's load; a SLURM array task holds it shared with
+    the other pairs' tasks and its own pair's alone, so a whole study and a pair task never measure side by side.
     """
+    if fresh and only_pair is not None:
+        raise ConfigError("--fresh with --pair: a pair task would move aside the results the other pairs' tasks "
+                          "are writing; allowed: --fresh on a whole study, or move the folder aside before the array")
     cwd = (cwd or Path.cwd()).resolve()
     paths = StudyPaths.for_study(cfg.study, Path(results_root).resolve(), Path(reports_root).resolve())
     writable_folder(paths.results.root, "--results-root")
     writable_folder(paths.reports.runs_dir, "--reports-root")
-    scope = "study" if only_pair is None else f"pair-{only_pair}"
-    with folder_lock(paths.results.root, scope):
+    with folder_lock(paths.results.root, only_pair):
         return _run_study(cfg, paths, cwd=cwd, cell_timeout_s=cell_timeout_s, fresh=fresh, only_pair=only_pair,
                           summary=summary)
 
@@ -142,7 +145,12 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
             _log(f"--fresh: moved old output to {old}")
         writable_folder(paths.results.root, "--results-root")
         writable_folder(paths.reports.runs_dir, "--reports-root")
-    if removed := remove_stale_temp_files(paths.results.root):
+    # a notebook being run saves to a temporary file that may wait long for its next save: the report's are
+    # removed only where no pair task of the study can be running one (a whole study holds the folder alone)
+    removed = remove_stale_temp_files(paths.results.root)
+    if only_pair is None:
+        removed += remove_stale_temp_files(paths.reports.root)
+    if removed:
         _log(f"removed {removed} temporary file(s) an interrupted run left behind")
     bench = publish.notebooks_dir() / "benchmark.ipynb"
     pairs = cfg.pairs() if only_pair is None else [cfg.pairs()[only_pair]]

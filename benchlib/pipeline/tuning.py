@@ -7,7 +7,6 @@ each add their share of every pair's trials, in-process and without a notebook; 
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ..env.threads import apply_threads
@@ -17,6 +16,7 @@ from ..run.tune import trial_share, tune_pair
 from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.tune import TuneSpec
+from ..store.atomic import atomic_copy
 from ..store.layout import StudyPaths, pair_notebook_name, tuned_params_dir
 from . import progress, publish
 from .study import GRID_ONLY, PAIR_FAILURES, execute, pair_params
@@ -66,7 +66,7 @@ def run_tuning(cfg: StudyConfig, *, results_root: Path = Path("results"), report
     tuned_dir = tuned_params_dir(results_root.resolve())
     for exported in paths.results.tuned_exports():
         tuned_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(exported, tuned_dir / exported.name)
+        atomic_copy(exported, tuned_dir / exported.name)
         _log(f"{exported.name} copied to {tuned_dir}: the *-tuned variants read it from there")
     return failed
 

@@ -1,7 +1,10 @@
 """Atomic file writes: readers see the old file or the new one, never a part of either.
 
 Every file benchlib writes under a results or reports folder goes through here: a temporary file in the
-same folder, fsynced, then renamed over the target (``os.replace`` is atomic on one file system).
+same folder, fsynced, then renamed over the target (``os.replace`` is atomic on one file system). A write that
+fails (a full disk, a kill) leaves the old file, or none, and its temporary file is removed (or, after a kill,
+by ``remove_stale_temp_files`` on the next run). Writers that need a file name of their own (gzip, papermill)
+write to ``atomic_path``'s temporary name.
 """
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +33,30 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsynced, then renamed."""
+TEMP_SUFFIX = ".tmp"
+# The temporary names a writer picks: ``.NAME.RANDOM.tmp``, or ``.NAME.RANDOM.tmp.ipynb`` where the writer
+# insists on its own extension (papermill warns on any other); what ``remove_stale_temp_files`` deletes.
+TEMP_PATTERNS = (f".*{TEMP_SUFFIX}", f".*{TEMP_SUFFIX}.ipynb")
+
+
+def temp_beside(path: Path, suffix: str = "") -> Path:
+    """A new, empty, hidden temporary file in ``path``'s folder (``suffix`` after ``.tmp``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX + suffix, dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def commit(tmp: Path, path: Path) -> None:
+    """Put the finished temporary file ``tmp`` in ``path``'s place: fsynced, readable as the umask allows (not
+    mkstemp's 0600, which would hide results from other users), renamed, and the rename fsynced."""
+    fd = os.open(tmp, os.O_RDONLY)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from other users
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.fchmod(fd, 0o666 & ~_umask())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -50,6 +65,24 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.close(dir_fd)
     except OSError:
         pass
+
+
+@contextmanager
+def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
+    """A temporary name to write ``path``'s content to, for a writer that opens files itself; committed when
+    the block ends, removed when it raises."""
+    tmp = temp_beside(path, suffix)
+    try:
+        yield tmp
+        commit(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsynced, then renamed."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -76,6 +109,11 @@ def json_text(data: Any, indent: int | None = None) -> str:
     return json.dumps(json_ready(data), indent=indent, allow_nan=False, default=str)
 
 
+def atomic_copy(source: Path, path: Path) -> None:
+    """Copy ``source`` to ``path`` atomically (a copy torn by a full disk would pass for the file)."""
+    atomic_write_bytes(path, Path(source).read_bytes())
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON (NaN as null) atomically."""
     atomic_write_text(path, json_text(data, indent=1) + "\n")
@@ -85,7 +123,7 @@ def remove_stale_temp_files(folder: Path, older_than_s: float = 600.0) -> int:
     """Delete temporary files a killed writer left behind (old enough that no live writer owns them)."""
     cutoff = time.time() - older_than_s
     removed = 0
-    for tmp in Path(folder).rglob(".*.tmp"):
+    for tmp in (t for pattern in TEMP_PATTERNS for t in Path(folder).rglob(pattern)):
         try:
             if tmp.stat().st_mtime < cutoff:
                 tmp.unlink()

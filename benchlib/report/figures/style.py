@@ -4,12 +4,15 @@ the PNG every figure is also saved as.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+
+from ...store.atomic import atomic_write_bytes
 
 # Okabe & Ito (2008), yellow moved last: it reads poorly as a line on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
@@ -63,5 +66,7 @@ def save(fig: plt.Figure, figures_dir: str | Path, name: str) -> Path:
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    buffer = io.BytesIO()  # drawn whole first, then written atomically: a full disk tears no figure
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
     return path

@@ -1,6 +1,7 @@
 """Tuning studies read back for reports: every trial as a table, and Optuna's figures saved as PNG."""
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ try:
 except ImportError as _exc:
     raise missing("optuna", "tuning (benchlib tune, the tune notebook)") from _exc
 
-from ...store.atomic import safe_name
+from ...store.atomic import atomic_write_bytes, safe_name
 from ...store.layout import ResultsLayout
 from ...store.tuning_storage import has_studies, open_storage
 
@@ -80,7 +81,9 @@ def _save_axes(ax: Any, path: Path) -> Path:
     fig = ax.figure if not hasattr(ax, "shape") else ax.flat[0].figure  # some plots return an array of axes
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        buffer = io.BytesIO()  # drawn whole first, then written atomically: a full disk tears no figure
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+        atomic_write_bytes(path, buffer.getvalue())
     finally:
         plt.close(fig)
     return path
