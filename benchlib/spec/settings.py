@@ -192,11 +192,13 @@ def unknown_key_message(key: str, where: str, allowed: Sequence[str], what: str 
     return f"{where}: unknown {what} '{key}'{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
 
 
-def coerce_setting(name: str, value: Any, where: str, *, allowed_keys: Sequence[str] | None = None) -> Any:
-    """Check one flat run setting against its type, choices and range; return the typed value."""
+def coerce_setting(name: str, value: Any, where: str, *, allowed_keys: Sequence[str] | None = None,
+                   what: str = "key") -> Any:
+    """Check one flat run setting against its type, choices and range; return the typed value (``what``: how the
+    caller names it, a study file's ``key`` or a notebook's ``parameter``)."""
     if name not in SETTING_RULES:
-        raise ConfigError(unknown_key_message(name, where, allowed_keys or setting_names()))
-    return coerce(name, value, SETTING_RULES[name], where)
+        raise ConfigError(unknown_key_message(name, where, allowed_keys or setting_names(), what))
+    return coerce(name, value, SETTING_RULES[name], where, what=what)
 
 
 def settings_from_mapping(values: Mapping[str, Any], where: str, *,
