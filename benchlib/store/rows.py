@@ -179,10 +179,14 @@ def stored_rows(results: str | Path | ResultsLayout) -> list[Row]:
     return _checked_rows(results)[0]
 
 
+INVALID_COLUMNS = ["path", "run_id", "reason"]
+
+
 def invalid_rows(dirs: Iterable[str | Path]) -> pd.DataFrame:
-    """Row files that cannot be reported (unreadable, an unknown status, a value of the wrong kind), with why."""
+    """Row files that cannot be reported (unreadable, an unknown status, a value of the wrong kind, a row that
+    fails its check), with why."""
     bad = [b for d in dirs for b in _checked_rows(Path(d))[1]]
-    return pd.DataFrame(bad, columns=["path", "run_id", "reason"])
+    return pd.DataFrame(bad, columns=INVALID_COLUMNS)
 
 
 def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, Any]], stamp: str) -> Path | None:
@@ -214,16 +218,31 @@ def read_results(dirs: Iterable[str | Path]) -> pd.DataFrame:
     """Merge the rows of every results folder given (several machines land side by side).
 
     A row met twice (same machine, study and run_id, e.g. a folder imported twice) counts once: the
-    newest by ``finished_utc``. Corrupt or foreign files are skipped with a warning naming them.
+    newest by ``finished_utc``. Corrupt or foreign files, and rows that fail their check, are skipped with a
+    warning naming them.
     """
+    return read_checked(dirs)[0]
+
+
+def read_checked(dirs: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`read_results`, :func:`invalid_rows`) of the same folders, each row file read and checked once
+    (what a report needs: the rows it draws and the ones it lists)."""
     rows: list[Row] = []
+    bad: list[dict[str, str]] = []
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
             raise FileNotFoundError(f"results folder '{d}' does not exist")
-        for row in stored_rows(d):
+        good, refused = _checked_rows(d)
+        bad += refused
+        for row in good:
             row["results_dir"] = str(d)
             rows.append(row)
+    return _table(rows), pd.DataFrame(bad, columns=INVALID_COLUMNS)
+
+
+def _table(rows: list[Row]) -> pd.DataFrame:
+    """The rows as one table: required columns always, a row met twice once, the schema's column order."""
     if not rows:
         return pd.DataFrame(columns=list(REQUIRED_COLUMNS))
     df = pd.DataFrame(rows)
