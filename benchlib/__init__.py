@@ -28,6 +28,7 @@ _API: dict[str, str] = {
     "StudyConfig": "benchlib.spec.study", "Variant": "benchlib.spec.variants", "PRESETS": "benchlib.spec.variants",
     "parse_variant": "benchlib.spec.variants", "parse_search_space": "benchlib.spec.tune",
     "load_study": "benchlib.run.admission", "settings_from_params": "benchlib.run.preflight",
+    "check_parameters": "benchlib.spec.notebook_params",
     "run_study": "benchlib.pipeline.study",
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
@@ -59,6 +60,7 @@ __all__ = [
     "__version__",
     "apply_threads",
     "benchmark",
+    "check_parameters",
     "collect_manifest",
     "compare",
     "load_study",
@@ -100,6 +102,7 @@ if TYPE_CHECKING:
     from .run.record import record, run_pair
     from .run.tune import tune_pair
     from .spec.knobs import Knobs
+    from .spec.notebook_params import check_parameters
     from .spec.settings import RunConfig, RunSettings
     from .spec.study import StudyConfig
     from .spec.tune import parse_search_space

@@ -318,6 +318,24 @@ def test_a_hand_edited_row_is_listed_with_its_reason_never_drawn(tmp_path, earli
     assert len(bad) == 1 and reason in bad.loc[0, "reason"] and bad.loc[0, "path"].endswith("edited.json")
 
 
+def test_a_measured_row_with_an_edited_figure_is_listed_never_drawn(tmp_path, earlier):
+    """A real row passes its check (store.integrity) as it was written; with its throughput edited to a plausible
+    figure its samples do not give, it is out of the table, listed, and not kept on resume."""
+    import shutil
+
+    from benchlib.store.rows import complete_row
+
+    folder = tmp_path / "r"
+    shutil.copytree(earlier / "s", folder)
+    row_file = next((folder / "rows").glob("*.json"))
+    row = json.loads(row_file.read_text())
+    assert complete_row(folder, row["machine"], row["run_id"]) is not None
+    row_file.write_text(json.dumps({**row, "train_samples_per_s": row["train_samples_per_s"] * 1.1}))
+    with pytest.warns(UserWarning, match=f"{row_file.name}: its train_samples_per_s .* is not what its train_step_s"):
+        assert read_results([folder]).empty
+    assert complete_row(folder, row["machine"], row["run_id"]) is None
+
+
 # ---------------------------------------------------------------- 7. duplicates and allocation failures
 
 def test_auto_is_resolved_before_the_grid_and_duplicates_dropped(tmp_path, capsys):

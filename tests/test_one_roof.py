@@ -20,7 +20,7 @@ from benchlib.run.columns import roof_columns  # noqa: E402
 from benchlib.store.atomic import atomic_write_json  # noqa: E402
 from benchlib.store.layout import ResultsLayout  # noqa: E402
 from benchlib.store.rows import write_row  # noqa: E402
-from benchlib.store.schema import FORMAT_VERSION, REQUIRED_COLUMNS  # noqa: E402
+from benchlib.store.schema import BATCHES_PER_THROUGHPUT_REPEAT, FORMAT_VERSION, REQUIRED_COLUMNS  # noqa: E402
 
 BANDWIDTH = 6.43e9
 EARLY = Ceilings(device="cpu", device_name="Some CPU", peak_flops_per_s={"fp32": 29.5e9},
@@ -47,8 +47,9 @@ def folder(tmp_path):
     first = _row("resnet18", EARLY, 31.5)  # 31.5 GFLOP/s: 107% of the early roof, 97.5% of today's
     second = _row("mobilenet_v2", NOW, 20.0)
     assert first["above_roof"] and first["roof_peak_flops_per_s"] == 29.5e9
-    for row in (first, second):
-        write_row(tmp_path, row)
+    for row in (first, second):  # one step and one throughput repeat, as long as the figures say
+        write_row(tmp_path, row, {"train_step_s": [64 / row["train_samples_per_s"]],
+                                  "infer_repeat_s": [64 * BATCHES_PER_THROUGHPUT_REPEAT / row["infer_samples_per_s"]]})
     atomic_write_json(ResultsLayout.of(tmp_path).ceilings_path("m", "cpu"), NOW.to_json())
     return tmp_path
 

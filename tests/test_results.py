@@ -34,8 +34,15 @@ def _row(**kw):
     return row
 
 
+def _write(folder, row):
+    """Write a row with the one training step its throughput says it took: a figure with no samples behind it
+    is not believed (``store.integrity``)."""
+    rate = row.get("train_samples_per_s")
+    return write_row(folder, row, {"train_step_s": [row["batch_size"] / rate]} if rate else None)
+
+
 def test_write_and_read_row(tmp_path):
-    path = write_row(tmp_path, _row(), {"train_step_s": [0.1, 0.2]})
+    path = _write(tmp_path, _row())
     assert path.parent.name == "rows"
     df = read_results([tmp_path])
     assert len(df) == 1 and df.loc[0, "train_samples_per_s"] == 100.0
@@ -50,23 +57,23 @@ def test_row_missing_columns_is_refused(tmp_path):
 
 
 def test_nan_is_written_as_null(tmp_path):
-    path = write_row(tmp_path, _row(epoch_s=float("nan")))
+    path = _write(tmp_path, _row(epoch_s=float("nan")))
     assert json.loads(path.read_text())["epoch_s"] is None
 
 
 def test_merge_several_machines_and_dedupe(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    write_row(a, _row(machine="m1"))
-    write_row(b, _row(machine="m2", train_samples_per_s=300.0))
+    _write(a, _row(machine="m1"))
+    _write(b, _row(machine="m2", train_samples_per_s=300.0))
     df = read_results([a, b, b])  # b imported twice counts once
     assert sorted(df["machine"]) == ["m1", "m2"]
-    write_row(a, _row(machine="m1", train_samples_per_s=150.0, finished_utc="2026-02-01T00:00:00"))
+    _write(a, _row(machine="m1", train_samples_per_s=150.0, finished_utc="2026-02-01T00:00:00"))
     df = read_results([a, b])
     assert df.set_index("machine").loc["m1", "train_samples_per_s"] == 150.0
 
 
 def test_corrupt_file_is_skipped_with_warning(tmp_path):
-    write_row(tmp_path, _row())
+    _write(tmp_path, _row())
     (tmp_path / "rows" / "broken.json").write_text('{"study": "s", "run_')
     (tmp_path / "rows" / "foreign.json").write_text('[1, 2, 3]')
     with pytest.warns(UserWarning, match="broken.json"):
@@ -76,7 +83,7 @@ def test_corrupt_file_is_skipped_with_warning(tmp_path):
 
 def test_a_row_of_the_first_format_is_read_in_todays(tmp_path):
     """Rows written before rows said their format (format 1) read as today's: the one migration step adds it."""
-    path = write_row(tmp_path, _row())
+    path = _write(tmp_path, _row())
     old = json.loads(path.read_text())
     del old["format_version"]
     path.write_text(json.dumps(old))
@@ -87,7 +94,7 @@ def test_a_row_of_the_first_format_is_read_in_todays(tmp_path):
 def test_a_row_newer_than_this_benchlib_is_refused_in_one_line(tmp_path, capsys):
     from benchlib.cli import main
 
-    path = write_row(tmp_path, _row())
+    path = _write(tmp_path, _row())
     path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": FORMAT_VERSION + 1}))
     assert main(["report", str(tmp_path), "--reports-root", str(tmp_path / "reports")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -98,7 +105,7 @@ def test_a_row_newer_than_this_benchlib_is_refused_in_one_line(tmp_path, capsys)
 def test_a_row_whose_format_is_not_a_version_is_listed_not_read(tmp_path):
     from benchlib.store.rows import invalid_rows
 
-    path = write_row(tmp_path, _row())
+    path = _write(tmp_path, _row())
     path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": "two"}))
     with pytest.warns(UserWarning, match="not a row format"):
         assert read_results([tmp_path]).empty
@@ -108,20 +115,20 @@ def test_a_row_whose_format_is_not_a_version_is_listed_not_read(tmp_path):
 
 def test_a_writer_of_another_format_is_refused(tmp_path):
     with pytest.raises(ValueError, match="this benchlib writes format"):
-        write_row(tmp_path, _row(format_version=1))
+        _write(tmp_path, _row(format_version=1))
 
 
 def test_write_table(tmp_path):
-    write_row(tmp_path, _row())
-    write_row(tmp_path, _row(run_id="other"))
+    _write(tmp_path, _row())
+    _write(tmp_path, _row(run_id="other"))
     table = write_table(tmp_path)
     assert table.read_text().count("\n") == 3
 
 
 def test_the_table_is_also_parquet_with_one_type_per_column(tmp_path):
     pytest.importorskip("pyarrow", reason="results.parquet needs the parquet extra (pyarrow)")
-    write_row(tmp_path, _row(error=None))
-    write_row(tmp_path, _row(run_id="other", status="oom", train_samples_per_s=None, error="CUDA out of memory"))
+    _write(tmp_path, _row(error=None))
+    _write(tmp_path, _row(run_id="other", status="oom", train_samples_per_s=None, error="CUDA out of memory"))
     write_table(tmp_path)
     back = pd.read_parquet(tmp_path / "results.parquet")
     csv = read_results([tmp_path])

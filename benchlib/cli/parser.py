@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 from collections.abc import Callable
+from typing import NoReturn
 
 from .._version import __version__
 from ..spec.variants import PRESETS
@@ -27,6 +29,28 @@ def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
     run.__name__ = run.__qualname__ = name
     return run
+
+
+class _Parser(argparse.ArgumentParser):
+    """Refuses a bad option in one line, as every other refusal is (argparse prints its usage first, and says of a
+    number only that it is invalid): the option, the value and what is allowed."""
+
+    def error(self, message: str) -> NoReturn:
+        message = re.sub(r"invalid (int|float) value: (.*)",
+                         lambda m: f"{m.group(2)} is not {'an integer' if m.group(1) == 'int' else 'a number'}; "
+                                   f"allowed: {'an integer' if m.group(1) == 'int' else 'a number'}", message)
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def seconds(text: str) -> int:
+    """A whole number of seconds >= 1 (``--cell-timeout``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: a whole number of seconds >= 1")
+    return value
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -61,7 +85,7 @@ def _add_study_args(p: argparse.ArgumentParser, *, fresh: bool = True) -> None:
     p.add_argument("params", help="study params file, e.g. params/default.yaml")
     p.add_argument("--results-root", default="results", help="results go to RESULTS_ROOT/<study>/")
     p.add_argument("--reports-root", default="reports", help="reports go to REPORTS_ROOT/<study>/")
-    p.add_argument("--cell-timeout", type=int, default=3600, metavar="S",
+    p.add_argument("--cell-timeout", type=seconds, default=3600, metavar="S",
                    help="seconds a notebook cell may run before its pair is recorded as failed")
     if fresh:
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -109,8 +133,7 @@ def _add_slurm_args(p: argparse.ArgumentParser) -> None:
 # The commands' option declarations look alike line by line (argparse's shape), not by logic: each option
 # belongs to its command; what several commands share is in the _add_*_args helpers above.
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help,
-                                     parents=[VERBOSITY])
+    parser = _Parser(prog="benchlib", description=DESCRIPTION, formatter_class=_Help, parents=[VERBOSITY])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--version", action="version", version=f"benchlib {__version__}",
                         help="print benchlib's version and exit")

@@ -13,6 +13,7 @@ import yaml
 
 from .. import log as messages
 from ..errors import BenchlibError, ConfigError
+from ..spec import yamlfile
 from ..spec.vocab import ELEMENT_DTYPES, MODEL_FORMS, MODELS, did_you_mean, model_problem
 from ..store.atomic import json_text
 from .progress import Progress
@@ -33,7 +34,7 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"--set '{item}': expected KEY=VALUE, e.g. --set lr=0.05")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = yamlfile.load(value)
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set '{item}': value is not valid YAML ({exc})") from exc
     return out

@@ -5,7 +5,9 @@ every configuration of one hardware/model pair (what the benchmark notebook and 
 
 Resume keeps a row only when it was measured with the very settings of the configuration (its run id
 carries a digest of them). Rows of the pair measured with settings the study no longer has are moved to
-``superseded/`` with a line naming what changed: never silently reused, never silently overwritten.
+``superseded/`` with a line naming what changed: never silently reused, never silently overwritten. A stored
+row that fails its check (``store.integrity``: another configuration's, or figures its samples do not give) is
+moved to ``superseded/<stamp>-failed-check/`` and measured again.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from ..spec.variants import Variant, parse_variant
 from ..store.atomic import atomic_write_text
 from ..store.layout import ResultsLayout
 from ..store.noise_floor import read_noise_floor
-from ..store.rows import complete_row, set_aside, stored_rows, write_manifest, write_row
+from ..store.rows import complete_row, set_aside, set_aside_failed_check, stored_rows, write_manifest, write_row
 from .columns import Row, measured_row, roof_columns, with_manifest
 from .faults import maybe_inject
 from .outcome import failure_row, failure_status
@@ -261,11 +263,22 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
             rows.append(done)
             continue
         tell(f"{hardware}/{model}: configuration {i}/{len(configs)} {cfg.run_id}")
+        set_aside_failed(layout, machine, cfg.run_id, tell)
         maybe_inject(cfg.run_id)
         row = record(cfg, layout.root, weights=plans.get(cfg.run_id), progress=progress)
         if row is not None:
             rows.append(row)
     return rows
+
+
+def set_aside_failed(layout: ResultsLayout, machine: str, run_id: str, progress: ProgressFn) -> None:
+    """A row of this configuration that fails its check (``store.integrity``) moved to
+    ``superseded/<stamp>-failed-check/`` with a line saying why, before the measurement that replaces it."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = set_aside_failed_check(layout, machine, run_id, stamp)
+    if aside is not None:
+        shown = aside[0].resolve().relative_to(layout.root.resolve().parent)
+        progress(f"{run_id}: its stored row failed its check ({aside[1]}): kept aside in {shown}, measured again")
 
 
 def record_pair_failure(configs: Sequence[RunConfig], results_dir: str | Path, exc: BaseException,
@@ -275,6 +288,7 @@ def record_pair_failure(configs: Sequence[RunConfig], results_dir: str | Path, e
     written = 0
     for cfg in configs:
         if complete_row(layout, machine, cfg.run_id) is None:
+            set_aside_failed(layout, machine, cfg.run_id, say)
             write_row(layout, failure_row(cfg, exc, machine))
             written += 1
     return written

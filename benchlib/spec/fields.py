@@ -19,7 +19,8 @@ from typing import Any
 from ..errors import ConfigError
 from .vocab import NAME_WORDS, PATTERN_WORDS
 
-# PyYAML reads YAML 1.1, where ``1e-3`` (no dot) is a string: accept that spelling of a number.
+# A number written as text (``spec.tune`` reads search-space bounds so). A setting's value must be a number itself:
+# ``lr: '0.1'`` is text and refused (``spec.yamlfile`` reads ``1e-3`` unquoted as the number YAML 1.2 says it is).
 FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 TYPE_WORDS: dict[type, str] = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 _CHECKS = ("choices", "min", "min_exclusive", "max", "max_exclusive", "pattern")
@@ -120,10 +121,11 @@ def coerce(name: str, value: Any, rule: Rule, where: str, *, what: str = "key") 
         if rule.optional:
             return None
         raise ConfigError(f"{where}: {what} '{name}' must not be empty; allowed: {allowed}")
-    if rule.type is float and isinstance(value, str) and FLOAT_TEXT.match(value.strip()):
-        value = float(value)
     if not is_type(value, rule.type):
-        raise ConfigError(f"{where}: {what} '{name}' is {value!r} ({type(value).__name__}); allowed: {allowed}")
+        quoted = " (a number, not text: write it without quotes)" if rule.type in (int, float) and isinstance(
+            value, str) and FLOAT_TEXT.match(value.strip()) else ""
+        raise ConfigError(f"{where}: {what} '{name}' is {value!r} ({type(value).__name__}); allowed: {allowed}"
+                          + quoted)
     if rule.type is float:
         value = float(value)
         if not math.isfinite(value):

@@ -12,14 +12,13 @@ size, learning rate or data set is a new configuration, never a silent reuse of 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..store.identity import digest, run_id_of, settings_digest_of
 from .fields import Rule, coerce, rules_of, setting
 from .knobs import Knobs
 from .vocab import (
@@ -31,7 +30,6 @@ from .vocab import (
     OPTIMIZERS,
     PYTHON_DATA_REF,
     did_you_mean,
-    model_token,
 )
 
 # Bounds of what the consumers take: numpy seeds below 2**32; counts a run could finish; a byte count that
@@ -146,15 +144,9 @@ INFERENCE_ONLY_SETTINGS: tuple[str, ...] = ("quantization", "variant", "latency_
                                             "interference_threshold_pct")
 
 
-def digest(values: Mapping[str, Any], length: int = 8) -> str:
-    """A short, stable hash of a mapping of plain values."""
-    payload = json.dumps(dict(values), sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:length]
-
-
 def settings_digest(s: RunSettings) -> str:
     """Hash of every setting except the seed: repeats of a configuration share it, any other change does not."""
-    return digest({k: v for k, v in s.flat().items() if k != "seed"})
+    return settings_digest_of(s.flat())
 
 
 @dataclass(frozen=True)
@@ -178,10 +170,8 @@ class RunConfig:
         processes, and the seed.
         """
         s = self.settings
-        extra = "".join(f"__{k}{s.get(k)}" for k in self.swept)
-        ddp = f"__ddp{self.world_size}" if self.world_size > 1 else ""
-        return (f"{self.hardware.replace(':', '')}__{model_token(self.model)}__bs{self.batch_size}__{s.variant}"
-                f"__{s.knobs.precision}{extra}__{settings_digest(s)}{ddp}__seed{s.seed}")
+        return run_id_of(self.hardware, self.model, self.batch_size, s.variant, s.knobs.precision,
+                         [(k, s.get(k)) for k in self.swept], settings_digest(s), self.world_size, s.seed)
 
     @property
     def training_key(self) -> str:
@@ -202,11 +192,13 @@ def unknown_key_message(key: str, where: str, allowed: Sequence[str], what: str 
     return f"{where}: unknown {what} '{key}'{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
 
 
-def coerce_setting(name: str, value: Any, where: str, *, allowed_keys: Sequence[str] | None = None) -> Any:
-    """Check one flat run setting against its type, choices and range; return the typed value."""
+def coerce_setting(name: str, value: Any, where: str, *, allowed_keys: Sequence[str] | None = None,
+                   what: str = "key") -> Any:
+    """Check one flat run setting against its type, choices and range; return the typed value (``what``: how the
+    caller names it, a study file's ``key`` or a notebook's ``parameter``)."""
     if name not in SETTING_RULES:
-        raise ConfigError(unknown_key_message(name, where, allowed_keys or setting_names()))
-    return coerce(name, value, SETTING_RULES[name], where)
+        raise ConfigError(unknown_key_message(name, where, allowed_keys or setting_names(), what))
+    return coerce(name, value, SETTING_RULES[name], where, what=what)
 
 
 def settings_from_mapping(values: Mapping[str, Any], where: str, *,

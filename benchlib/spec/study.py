@@ -249,6 +249,32 @@ def _batch_sizes(value: Any, where: str) -> list[int]:
     return _as_list(value, "batch_sizes", where, int, "integers >= 1")
 
 
+def check_grid_value(key: str, value: Any, where: str) -> None:
+    """One value of the grid as a notebook names it (``study``, ``hardware``, ``model``, ``batch_size``,
+    ``batch_sizes``), checked as a study file's key is; one line naming what is allowed otherwise."""
+    if key == "study" and (not isinstance(value, str) or len(value) > NAME_MAX_CHARS or not NAME_PATTERN.match(value)):
+        raise ConfigError(f"{where}: key 'study' is {value!r}; allowed: {NAME_WORDS}")
+    if key == "hardware" and not (isinstance(value, str) and is_valid_hardware_name(value)):
+        raise ConfigError(f"{where}: key 'hardware' is {value!r}; allowed: one of {HARDWARE_CHOICES}")
+    if key == "model" and (not isinstance(value, str) or model_problem(value)):
+        near = did_you_mean(value, MODELS) if isinstance(value, str) else ""
+        raise ConfigError(f"{where}: key 'model' is {value!r}{near}; allowed: {MODEL_FORMS}")
+    if key == "batch_size" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigError(f"{where}: key 'batch_size' is {value!r}; allowed: an integer >= 1")
+    if key == "batch_sizes":
+        _batch_sizes(value, where)
+
+
+def _listed(raw: Mapping[str, Any], key: str, where: str) -> Any:
+    """A grid key of a study file that must be a list (``models: resnet18`` is refused, not read as one model)."""
+    value = raw[key]
+    if isinstance(value, list) or key == "batch_sizes" and isinstance(value, dict):
+        return value
+    example = {"hardware": "[cpu]", "models": "[resnet18]", "batch_sizes": "[32, 64]"}[key]
+    raise ConfigError(f"{where}: key '{key}' is {value!r} ({type(value).__name__}); allowed: {GRID_KEYS[key]}, "
+                      f"e.g. {key}: {example}")
+
+
 def _papermill_text(value: Any, key: str, where: str) -> Any:
     """A list or mapping papermill's ``-p`` passed as text (``'[8, 16]'``), read as YAML; other values as given."""
     if isinstance(value, tuple):
@@ -336,15 +362,15 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
         raise ConfigError(f"{where}: key 'study' is {len(study)} characters long; allowed: {NAME_WORDS}")
     if not isinstance(study, str) or not NAME_PATTERN.match(study):
         raise ConfigError(f"{where}: key 'study' is {study!r}; allowed: {NAME_WORDS}")
-    hardware = _as_list(raw["hardware"], "hardware", where, str, HARDWARE_CHOICES)
+    hardware = _as_list(_listed(raw, "hardware", where), "hardware", where, str, HARDWARE_CHOICES)
     for h in hardware:
         if not is_valid_hardware_name(h):
             raise ConfigError(f"{where}: key 'hardware' has '{h}'; allowed: {HARDWARE_CHOICES}")
-    models = _as_list(raw["models"], "models", where, str, MODEL_FORMS)
+    models = _as_list(_listed(raw, "models", where), "models", where, str, MODEL_FORMS)
     for m in models:
         if model_problem(m):
             raise ConfigError(f"{where}: key 'models' has '{m}'{did_you_mean(m, MODELS)}; allowed: {MODEL_FORMS}")
-    batch_sizes = _batch_sizes(raw["batch_sizes"], where)
+    batch_sizes = _batch_sizes(_listed(raw, "batch_sizes", where), where)
     settings = settings_from_mapping({k: v for k, v in raw.items() if k in SETTING_RULES}, where,
                                      allowed_keys=ALLOWED_KEYS)
     check_batch_sizes(batch_sizes, settings, where)

@@ -9,7 +9,7 @@ import difflib
 import re
 from collections.abc import Sequence
 
-from ..store.atomic import safe_name
+from ..store.identity import model_token  # noqa: F401  # its home is the run id's: re-exported for the words' users
 
 MODELS: tuple[str, ...] = ("resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "densenet121")
 # Beyond the torchvision names: any timm model, any factory a user's package exports, and (from Python)
@@ -85,10 +85,6 @@ def model_problem(model: str) -> str | None:
     return f"model '{model}' is not a model reference{did_you_mean(model, MODELS)}; allowed: {MODEL_FORMS}"
 
 
-def model_token(model: str) -> str:
-    """The model as it stands in run ids and file names: ``timm:convnext_tiny`` -> ``timm-convnext_tiny``,
-    ``mypkg.nets:make_net`` -> ``mypkg.nets-make_net`` (never a ``__``, which separates a run id's fields)."""
-    return re.sub(r"_{2,}", "_", safe_name(model))
 
 # Element types ``benchlib flops --dtype`` counts bytes in, by torch's name for them.
 ELEMENT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -1,10 +1,12 @@
 """Reading YAML the strict way: safe (data only, no code) and a repeated key is an error, not a silent overwrite.
 
 PyYAML keeps the last of two equal keys in a mapping without a word; a study file that sets ``lr`` twice
-would run with whichever came last. Here the second one is refused, naming the key and both lines.
+would run with whichever came last. Here the second one is refused, naming the key and both lines. Numbers are
+YAML 1.2's: ``1e-3`` is a number (PyYAML's YAML 1.1 reads it as text), and ``'0.1'``, quoted, stays text.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -37,6 +39,11 @@ class _StrictLoader(yaml.SafeLoader):
                     raise DuplicateKeyError(key, seen[key], line)
                 seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's floats that YAML 1.1 leaves as text: an exponent without a dot (1e-3, 5E-4).
+_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
 
 
 def load(text: str) -> Any:

@@ -1,7 +1,9 @@
 """Result rows on disk: written atomically one file per configuration, read back as one table.
 
 A row is a flat JSON object whose keys are columns of :mod:`benchlib.store.schema`; its raw samples and
-telemetry sit beside it under the same key (see :mod:`benchlib.store.layout`).
+telemetry sit beside it under the same key (see :mod:`benchlib.store.layout`). Every row read is checked
+(:mod:`benchlib.store.integrity`): one that is not what it says is listed with why, never reported, and a
+resume measures it again.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ import pandas as pd
 from .._version import __version__
 from ..errors import DiskFull, ResultsFileError
 from .atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from .integrity import integrity_problem
 from .layout import ResultsLayout, row_key
+from .samples_file import SAMPLE_COLUMNS, read_series, samples_text
 from .schema import (
     COLUMN_NAMES,
     COMPLETE_STATUSES,
@@ -31,7 +35,8 @@ from .schema import (
 )
 
 Row = dict[str, Any]
-SAMPLE_COLUMNS = ("run_id", "machine", "series", "index", "value")
+# Where a row that failed its check goes on resume: superseded/<stamp>-failed-check/ (kept, out of the report).
+FAILED_CHECK = "failed-check"
 
 
 def layout_of(results: str | Path | ResultsLayout) -> ResultsLayout:
@@ -61,10 +66,7 @@ def write_row(results: str | Path | ResultsLayout, row: Mapping[str, Any],
         raise ValueError(f"row is of format {row['format_version']!r}; this benchlib writes format {FORMAT_VERSION}")
     machine, run_id = str(row["machine"]), str(row["run_id"])
     if samples:
-        lines = [",".join(SAMPLE_COLUMNS)]
-        for series, values in samples.items():
-            lines += [f"{run_id},{machine},{series},{i},{float(v)!r}" for i, v in enumerate(values)]
-        atomic_write_text(layout.samples_path(machine, run_id), "\n".join(lines) + "\n")
+        atomic_write_text(layout.samples_path(machine, run_id), samples_text(run_id, machine, samples))
     path = layout.row_path(machine, run_id)
     try:
         atomic_write_json(path, dict(row))
@@ -122,13 +124,35 @@ def read_row(path: Path) -> Row:
     return migrate(data, str(path))
 
 
-def complete_row(results: str | Path | ResultsLayout, machine: str, run_id: str) -> Row | None:
-    """The row already written for this configuration if it is complete (a ``failed`` one is retried)."""
+def checked_row(results: str | Path | ResultsLayout, machine: str, run_id: str) -> tuple[Row | None, str | None]:
+    """(the row stored for this configuration, why it cannot be believed): (None, None) where there is none,
+    (None, why) for a file that is no row, (row, why) for a row that fails its check (``store.integrity``)."""
+    path = layout_of(results).row_path(machine, run_id)
+    if not path.exists():
+        return None, None
     try:
-        row = read_row(layout_of(results).row_path(machine, run_id))
-    except (OSError, ValueError, UnicodeDecodeError):
+        row = read_row(path)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return None, f"unreadable: {exc}"
+    return row, row_problem(row) or integrity_problem(row, path)
+
+
+def complete_row(results: str | Path | ResultsLayout, machine: str, run_id: str) -> Row | None:
+    """The row already written for this configuration if it is complete and passes its check (a ``failed`` one
+    is retried, and so is one that fails its check: :func:`set_aside_failed_check` moves it out of the way)."""
+    row, problem = checked_row(results, machine, run_id)
+    return row if row is not None and problem is None and row.get("status") in COMPLETE_STATUSES else None
+
+
+def set_aside_failed_check(results: str | Path | ResultsLayout, machine: str, run_id: str,
+                           stamp: str) -> tuple[Path, str] | None:
+    """Move this configuration's row file (with its samples and telemetry) to ``superseded/<stamp>-failed-check/``
+    when it fails its check, so the measurement that replaces it deletes nothing; (where, why), or None."""
+    _, problem = checked_row(results, machine, run_id)
+    if problem is None:
         return None
-    return row if row.get("status") in COMPLETE_STATUSES else None
+    target = _move_aside(layout_of(results), [(machine, run_id)], f"{stamp}-{FAILED_CHECK}")
+    return (target, problem) if target is not None else None
 
 
 def _checked_rows(results: str | Path | ResultsLayout) -> tuple[list[Row], list[dict[str, str]]]:
@@ -141,10 +165,11 @@ def _checked_rows(results: str | Path | ResultsLayout) -> tuple[list[Row], list[
             warnings.warn(f"skipping unreadable results file {path}: {exc}", stacklevel=2)
             bad.append({"path": str(path), "run_id": "", "reason": f"unreadable: {exc}"})
             continue
-        problem = row_problem(row)
+        problem = row_problem(row) or integrity_problem(row, path)
         if problem is None:
             good.append(row)
         else:
+            warnings.warn(f"not reporting {path}: {problem}", stacklevel=2)
             bad.append({"path": str(path), "run_id": str(row.get("run_id", "")), "reason": problem})
     return good, bad
 
@@ -154,10 +179,14 @@ def stored_rows(results: str | Path | ResultsLayout) -> list[Row]:
     return _checked_rows(results)[0]
 
 
+INVALID_COLUMNS = ["path", "run_id", "reason"]
+
+
 def invalid_rows(dirs: Iterable[str | Path]) -> pd.DataFrame:
-    """Row files that cannot be reported (unreadable, an unknown status, a value of the wrong kind), with why."""
+    """Row files that cannot be reported (unreadable, an unknown status, a value of the wrong kind, a row that
+    fails its check), with why."""
     bad = [b for d in dirs for b in _checked_rows(Path(d))[1]]
-    return pd.DataFrame(bad, columns=["path", "run_id", "reason"])
+    return pd.DataFrame(bad, columns=INVALID_COLUMNS)
 
 
 def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, Any]], stamp: str) -> Path | None:
@@ -165,11 +194,14 @@ def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, A
 
     Returns the folder they went to, or None when there was nothing to move.
     """
-    layout = layout_of(results)
+    return _move_aside(layout_of(results), [(str(r["machine"]), str(r["run_id"])) for r in rows], stamp)
+
+
+def _move_aside(layout: ResultsLayout, keys: Iterable[tuple[str, str]], stamp: str) -> Path | None:
+    """Move the files of each (machine, run_id) to ``superseded/<stamp>/rows|samples|telemetry``."""
     target = layout.superseded_dir(stamp)
     moved = False
-    for row in rows:
-        machine, run_id = str(row["machine"]), str(row["run_id"])
+    for machine, run_id in keys:
         for path, kind in (
             (layout.row_path(machine, run_id), "rows"),
             (layout.samples_path(machine, run_id), "samples"),
@@ -186,16 +218,31 @@ def read_results(dirs: Iterable[str | Path]) -> pd.DataFrame:
     """Merge the rows of every results folder given (several machines land side by side).
 
     A row met twice (same machine, study and run_id, e.g. a folder imported twice) counts once: the
-    newest by ``finished_utc``. Corrupt or foreign files are skipped with a warning naming them.
+    newest by ``finished_utc``. Corrupt or foreign files, and rows that fail their check, are skipped with a
+    warning naming them.
     """
+    return read_checked(dirs)[0]
+
+
+def read_checked(dirs: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`read_results`, :func:`invalid_rows`) of the same folders, each row file read and checked once
+    (what a report needs: the rows it draws and the ones it lists)."""
     rows: list[Row] = []
+    bad: list[dict[str, str]] = []
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
             raise FileNotFoundError(f"results folder '{d}' does not exist")
-        for row in stored_rows(d):
+        good, refused = _checked_rows(d)
+        bad += refused
+        for row in good:
             row["results_dir"] = str(d)
             rows.append(row)
+    return _table(rows), pd.DataFrame(bad, columns=INVALID_COLUMNS)
+
+
+def _table(rows: list[Row]) -> pd.DataFrame:
+    """The rows as one table: required columns always, a row met twice once, the schema's column order."""
     if not rows:
         return pd.DataFrame(columns=list(REQUIRED_COLUMNS))
     df = pd.DataFrame(rows)
@@ -218,9 +265,12 @@ def flag_mask(column: pd.Series) -> pd.Series:
 
 
 def read_samples(results: str | Path | ResultsLayout, row: Mapping[str, Any]) -> pd.DataFrame:
-    """The raw samples behind a row (empty when it has none)."""
-    path = layout_of(results).samples_path(str(row["machine"]), str(row["run_id"]))
-    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+    """The raw samples behind a row (empty when it has none), read strictly (``store.samples_file``)."""
+    machine, run_id = str(row["machine"]), str(row["run_id"])
+    series = read_series(layout_of(results).samples_path(machine, run_id), run_id, machine) or {}
+    frames = [pd.DataFrame({"run_id": run_id, "machine": machine, "series": name, "index": range(len(values)),
+                            "value": values}) for name, values in series.items()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(SAMPLE_COLUMNS))
 
 
 def parquet_ready(df: pd.DataFrame) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ...spec.settings import SEED_SUFFIX
-from ...store.rows import invalid_rows, read_results
+from ...store.rows import read_checked
 from .roofs import page_ceilings, placed
 
 
@@ -18,8 +18,9 @@ def load(results_dirs: Iterable[str]) -> pd.DataFrame:
     """Every valid row of the given results folders, merged and de-duplicated, each placed under the roof the
     page shows for its device (``roofs.placed``); the invalid ones, with why, in ``attrs["invalid_rows"]``."""
     dirs = list(results_dirs)
-    df = placed(read_results(dirs), page_ceilings(dirs))
-    df.attrs["invalid_rows"] = invalid_rows(dirs)
+    rows, invalid = read_checked(dirs)  # each row file read and checked once (store.integrity)
+    df = placed(rows, page_ceilings(dirs))
+    df.attrs["invalid_rows"] = invalid
     return df
 
 
