@@ -25,6 +25,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from benchlib.env import gpu as gpu_env
+
 GIB = 2**30
 # torch 2.14.1's CUDA 13 wheels, as `torch.cuda.get_arch_list()` prints them (kernels from sm_75 on).
 CUDA13_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
@@ -88,6 +90,8 @@ def fake_cuda(monkeypatch, *gpus: FakeGpu, arch_list: list[str] | None = None, c
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (gpu(device).free_bytes,
                                                                           gpu(device).total_bytes))
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(archs))
+    # a child process would find no fake: it answers what the fake GPU has free
+    monkeypatch.setattr(gpu_env, "free_bytes_in_child", lambda index: gpu(index).free_bytes)
     monkeypatch.setattr(torch.version, "cuda", cuda_version)
 
 
