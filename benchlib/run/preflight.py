@@ -19,8 +19,8 @@ from typing import Any
 from ..data.datasets import check_data_path, load_dataset
 from ..data.user_data import user_facts
 from ..engine.setup import num_classes
-from ..env.devices import cuda_uuids, resolve_hardware
 from ..env import gpu as gpu_env
+from ..env.devices import cuda_uuids, resolve_hardware
 from ..env.gpu import GpuFacts, arch_problem, copy_bytes_for, gpu_facts, precision_problem
 from ..env.threads import usable_cpus
 from ..errors import BenchlibError, ConfigError
