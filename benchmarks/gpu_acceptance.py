@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from gpu_judges import (
     QUICK,
-    WINOGRAD_MAX_ROOF_FRACTION,
+    AboveRoof,
     Check,
     Sizes,
     amp_limit,
@@ -67,6 +67,7 @@ from gpu_judges import (
     not_run,
     scaler_skips,
     sheet_for,
+    tf32_kernels,
 )
 
 from benchlib.engine.inference import measure_latency
@@ -494,14 +495,9 @@ def check_timm(ctx: Context) -> list[Check]:
                                        ("infer_samples_per_s", "infer_samples_per_sec", "inference"))]
 
 
-def winograd_shaped(module: torch.nn.Module | None) -> bool:
-    """A convolution cuDNN may run as Winograd: 3x3, stride 1, no dilation, not grouped."""
-    return (isinstance(module, torch.nn.Conv2d) and module.kernel_size == (3, 3) and module.stride == (1, 1)
-            and module.dilation == (1, 1) and module.groups == 1)
-
-
 def check_layers(ctx: Context) -> list[Check]:
-    """``benchlib layers`` on this GPU: the kernels under each layer's range against the step and the roof."""
+    """``benchlib layers`` on this GPU, strict fp32: the kernels under each layer's range against the step and
+    the roof, each layer above its roof judged by its own kernels' names."""
     if not ctx.cuda:
         return [not_run("per-layer table: layers' kernel time / step")]
     cfg = RunConfig("acceptance", str(ctx.device), "resnet18", min(ctx.sizes.batch, 32), _settings(ctx))
@@ -509,13 +505,11 @@ def check_layers(ctx: Context) -> list[Check]:
         report = measure_layers(cfg, tmp, steps=10, block=5)
     table = report.table
     flagged = table[(table["bound"] == "compute") & table["above_roof"].fillna(False).astype(bool)]
-    modules = dict(build_model("resnet18", 1000).named_modules())
-    winograd = sum(winograd_shaped(modules.get(r.layer)) and r.roof_fraction <= WINOGRAD_MAX_ROOF_FRACTION
-                   for r in flagged.itertuples())
-    check = judge_layers(report.coverage, report.flops_total / report.model_flops, len(flagged), winograd)
-    named = "; ".join(f"{r.layer} {r.kind} {r.phase} {r.roof_fraction:.2f}x roof, {r.time_s * 1e6:.0f} us"
-                      for r in flagged.itertuples())
-    return [replace(check, detail=f"{check.detail}: {named}" if named else check.detail)]
+    above = [AboveRoof(str(r.layer), str(r.phase), float(r.roof_fraction),
+                       tuple(report.kernels.get((str(r.layer), str(r.phase)), ()))) for r in flagged.itertuples()]
+    strict = not _settings(ctx).knobs.tf32 and report.roof_dtype == "fp32"
+    return [judge_layers(report.coverage, report.flops_total / report.model_flops, above,
+                         tf32_kernels(report.kernels) if strict else ())]
 
 
 CHECKS: list[Callable[[Context], list[Check]]] = [

@@ -303,19 +303,20 @@ def test_the_latency_and_timm_judgements_can_fail(judges):
 
 
 def test_the_per_layer_judgement_can_fail(judges):
-    assert judges.judge_layers(0.82, 1.0, 0).passed is True
-    assert judges.judge_layers(1.30, 1.0, 0).passed is False, "kernels counted twice: more than the step"
-    assert judges.judge_layers(0.82, 1.2, 0).passed is False, "a downsample credited with the main branch's FLOPs"
-    assert judges.judge_layers(0.82, 1.0, 3).passed is False, "kernels credited to the wrong layer"
-    assert judges.judge_layers(0.0, 1.0, 0).passed is False, "no kernel attributed at all"
-    assert judges.judge_layers(0.96, 1.0, 5, 5).passed is True, "Winograd-shaped convolutions, as on an H200"
-    assert judges.judge_layers(0.96, 1.0, 5, 4).passed is False, "one layer above its roof unexplained"
-
-
-def test_winograd_shape_is_a_3x3_stride_1_ungrouped_convolution(acceptance):
-    nn = torch.nn
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, padding=1)) is True
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, stride=2, padding=1)) is False
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, groups=8)) is False
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 1)) is False
-    assert acceptance.winograd_shaped(nn.Linear(8, 8)) is False
+    above = judges.AboveRoof
+    winograd = above("layer2.0.conv2", "forward", 1.25, ("sm80_xmma_fprop_winograd_f32f32_f32", "copy_kernel"))
+    gemm = above("layer2.0.conv2", "forward", 1.25, ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32",))
+    assert judges.judge_layers(0.82, 1.0, []).passed is True
+    assert judges.judge_layers(1.30, 1.0, []).passed is False, "kernels counted twice: more than the step"
+    assert judges.judge_layers(0.82, 1.2, []).passed is False, "a downsample credited with the main branch's FLOPs"
+    assert judges.judge_layers(0.82, 1.0, [gemm] * 3).passed is False, "kernels credited to the wrong layer"
+    assert judges.judge_layers(0.0, 1.0, []).passed is False, "no kernel attributed at all"
+    assert judges.judge_layers(0.96, 1.0, [winograd] * 4).passed is True, "its own kernels are Winograd's"
+    unexplained = judges.judge_layers(0.96, 1.0, [winograd] * 3 + [gemm])
+    assert unexplained.passed is False and "implicit_gemm" in unexplained.detail, "a 3x3 shape is no evidence"
+    too_far = above("layer2.0.conv2", "forward", 2.6, winograd.kernels)
+    assert judges.judge_layers(0.96, 1.0, [too_far]).passed is False, "beyond what Winograd can explain"
+    leak = judges.tf32_kernels({("layer1.0.conv1", "backward"): ["sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32"],
+                                ("fc", "forward"): ["ampere_sgemm_64x32_sliced1x4_tn"]})
+    assert leak == ["layer1.0.conv1 backward: sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32"]
+    assert judges.judge_layers(0.96, 1.0, [], leak).passed is False, "TF32 in strict fp32"
