@@ -297,9 +297,31 @@ def test_the_telemetry_judgements_can_fail_and_skip_what_nvml_does_not_report(ju
 def test_the_latency_and_timm_judgements_can_fail(judges):
     assert judges.judge_latency(0.0050, 0.0040).passed is False, "host clock 25% over the events"
     assert judges.judge_latency(0.0041, 0.0040).passed is True
-    assert judges.judge_timm("training", 500.0, 1000.0).passed is False
-    assert judges.judge_timm("training", 1000.0, 950.0).passed is True
-    assert judges.judge_timm("inference", 1000.0, None).passed is False, "timm gave no figure"
+    assert judges.judge_timm("train (amp_fp16)", 500.0, 1000.0).passed is False
+    assert judges.judge_timm("train (amp_fp16)", 905.0, 1000.0).passed is False, "10% behind timm fails now"
+    assert judges.judge_timm("train (amp_bf16)", 970.0, 1000.0).passed is True
+    assert judges.judge_timm("infer (amp_bf16)", 1000.0, 950.0).passed is True
+    assert judges.judge_timm("infer (amp_bf16)", 1000.0, None).passed is False, "timm gave no figure"
+
+
+def test_timm_is_compared_like_with_like_in_fresh_interleaved_processes(acceptance, tmp_path):
+    """Both sides run timm's own model (benchlib as ``timm:NAME``), at one batch, image size, precision
+    (bf16 and fp16) and optimizer, channels_last, each in fresh processes alternating A B A B."""
+    from benchlib.spec.settings import RunSettings
+
+    out = tmp_path / "t.csv"
+    for precision, dtype in (("amp_bf16", "bfloat16"), ("amp_fp16", "float16")):
+        timm = acceptance.timm_command(Path("benchmark.py"), "resnet50", 128, 224, precision, out)
+        ours = acceptance.benchlib_command("resnet50", torch.device("cuda", 0), 128, 224, precision, 50)
+        assert timm[timm.index("--model") + 1] == "resnet50" and ours[ours.index("--model") + 1] == "timm:resnet50"
+        assert timm[timm.index("-b") + 1] == ours[ours.index("--batch-size") + 1] == "128"
+        assert timm[timm.index("--img-size") + 1] == ours[ours.index("--image-size") + 1] == "224"
+        assert timm[timm.index("--amp-dtype") + 1] == dtype and f"precision={precision}" in ours
+        assert "--channels-last" in timm and "memory_format=channels_last" in ours
+        s = RunSettings.of()
+        assert timm[timm.index("--momentum") + 1] == str(s.momentum) and timm[timm.index("--opt") + 1] == "sgd"
+        assert timm[timm.index("--weight-decay") + 1] == str(s.weight_decay)
+    assert acceptance.interleaved(2) == ["timm", "benchlib", "timm", "benchlib"]
 
 
 def test_the_per_layer_judgement_can_fail(judges):
