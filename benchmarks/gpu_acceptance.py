@@ -24,6 +24,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 from gpu_judges import (
     QUICK,
-    WINOGRAD_MAX_ROOF_FRACTION,
+    AboveRoof,
     Check,
     Sizes,
     amp_limit,
@@ -67,6 +68,7 @@ from gpu_judges import (
     not_run,
     scaler_skips,
     sheet_for,
+    tf32_kernels,
 )
 
 from benchlib.engine.inference import measure_latency
@@ -465,43 +467,84 @@ def check_latency(ctx: Context) -> list[Check]:
     return [judge_latency(host, Samples.of(events.seconds(skip=warmup)).median)]
 
 
-def _timm_results(ctx: Context) -> dict[str, float]:
-    assert ctx.timm_benchmark is not None
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "timm.csv"
-        cmd = [sys.executable, str(ctx.timm_benchmark), "--model", ctx.sizes.model, "--bench", "both", "--amp",
-               "--channels-last", "-b", str(ctx.sizes.batch), "--img-size", str(ctx.sizes.image_px),
-               "--results-file", str(out)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"timm benchmark.py exit {done.returncode}: {done.stderr.strip()[-240:]}")
-        with out.open() as fh:
-            row = next(csv.DictReader(fh))
-    return {k: float(v) for k, v in row.items() if k.endswith("samples_per_sec") and v}
+TIMM_PRECISIONS = {"amp_bf16": "bfloat16", "amp_fp16": "float16"}
+TIMM_ROUNDS = 2  # fresh processes a side, interleaved timm, benchlib, timm, benchlib
+
+
+def timm_command(benchmark_py: Path, model: str, batch: int, image_px: int, precision: str,
+                 out: Path) -> list[str]:
+    """timm's ``benchmark.py`` on ``model`` at benchlib's settings: AMP in ``precision``'s dtype,
+    channels_last, SGD with benchlib's momentum and weight decay (its learning rate has no CLI option and
+    changes no kernel), training and inference. timm trains fp16 without a loss scaler; benchlib's fused
+    optimizer takes the scaler's check on the device, so the difference is a few small kernels."""
+    s = RunSettings.of()
+    return [sys.executable, str(benchmark_py), "--model", model, "--bench", "both", "--amp", "--amp-dtype",
+            TIMM_PRECISIONS[precision], "--channels-last", "-b", str(batch), "--img-size", str(image_px),
+            "--num-classes", "1000", "--opt", "sgd", "--momentum", str(s.momentum),
+            "--weight-decay", str(s.weight_decay), "--results-file", str(out)]
+
+
+def benchlib_command(model: str, device: torch.device, batch: int, image_px: int, precision: str,
+                     steps: int) -> list[str]:
+    """benchlib's own CLI on timm's very model (``timm:NAME``, built by timm as benchmark.py builds it, its
+    zero-initialised last batch norms included) at the same settings, in a fresh process as timm's runs."""
+    return [sys.executable, "-m", "benchlib", "run", "--model", f"timm:{model}", "--data", "synthetic",
+            "--device", str(device), "--batch-size", str(batch), "--image-size", str(image_px), "--steps",
+            str(steps), "--no-save", "--json", "--set", f"precision={precision}", "--set",
+            "memory_format=channels_last", "--set", "cudnn_benchmark=true", "--set", "synthetic_classes=1000"]
+
+
+def interleaved(rounds: int) -> list[str]:
+    """The order of the sides' fresh processes: A B A B, so drift and heat reach both alike."""
+    return ["timm", "benchlib"] * rounds
+
+
+def _timm_side(cmd: list[str], out: Path) -> dict[str, float]:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"timm benchmark.py exit {done.returncode}: {done.stderr.strip()[-240:]}")
+    with out.open() as fh:
+        row = next(csv.DictReader(fh))
+    return {"train": float(row["train_samples_per_sec"]), "infer": float(row["infer_samples_per_sec"])}
+
+
+def _benchlib_side(cmd: list[str]) -> dict[str, float]:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"benchlib run exit {done.returncode}: {done.stderr.strip()[-240:]}")
+    row = json.loads(done.stdout)
+    return {"train": float(row["train_samples_per_s"]), "infer": float(row["infer_samples_per_s"])}
 
 
 def check_timm(ctx: Context) -> list[Check]:
+    """benchlib against timm's benchmark.py on the same timm model, batch, image size and precision (bf16 and
+    fp16), each side in fresh processes, interleaved; judged at 0.97 or better, training and inference."""
     if not ctx.cuda or ctx.timm_benchmark is None:
         return [not_run("benchlib / timm benchmark.py", "not run", "pass --timm-benchmark on a GPU")]
-    timm = _timm_results(ctx)
-    cfg = RunConfig("acceptance", str(ctx.device), ctx.sizes.model, ctx.sizes.batch,
-                    _settings(ctx, precision="amp_fp16", memory_format="channels_last", cudnn_benchmark=True))
-    m = measure(cfg)
-    assert m is not None
-    measured = measured_row(m)
-    return [judge_timm(what, measured[ours], timm.get(theirs))
-            for ours, theirs, what in (("train_samples_per_s", "train_samples_per_sec", "training"),
-                                       ("infer_samples_per_s", "infer_samples_per_sec", "inference"))]
-
-
-def winograd_shaped(module: torch.nn.Module | None) -> bool:
-    """A convolution cuDNN may run as Winograd: 3x3, stride 1, no dilation, not grouped."""
-    return (isinstance(module, torch.nn.Conv2d) and module.kernel_size == (3, 3) and module.stride == (1, 1)
-            and module.dilation == (1, 1) and module.groups == 1)
+    gpu, out = gpu_facts(ctx.device.index or 0), []
+    for precision in TIMM_PRECISIONS:
+        if why := precision_problem(gpu, precision):
+            out.append(not_run(f"benchlib / timm ({precision})", why, ">= 0.97"))
+            continue
+        sides: dict[str, list[dict[str, float]]] = {"timm": [], "benchlib": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, side in enumerate(interleaved(TIMM_ROUNDS)):
+                csv_out = Path(tmp) / f"timm-{i}.csv"
+                sides[side].append(
+                    _timm_side(timm_command(ctx.timm_benchmark, ctx.sizes.model, ctx.sizes.batch, ctx.sizes.image_px,
+                                            precision, csv_out), csv_out) if side == "timm" else
+                    _benchlib_side(benchlib_command(ctx.sizes.model, ctx.device, ctx.sizes.batch, ctx.sizes.image_px,
+                                                    precision, ctx.sizes.steps)))
+        for what in ("train", "infer"):
+            ours = statistics.median(r[what] for r in sides["benchlib"])
+            theirs = statistics.median(r[what] for r in sides["timm"])
+            out.append(judge_timm(f"{what} ({precision})", ours, theirs))
+    return out
 
 
 def check_layers(ctx: Context) -> list[Check]:
-    """``benchlib layers`` on this GPU: the kernels under each layer's range against the step and the roof."""
+    """``benchlib layers`` on this GPU, strict fp32: the kernels under each layer's range against the step and
+    the roof, each layer above its roof judged by its own kernels' names."""
     if not ctx.cuda:
         return [not_run("per-layer table: layers' kernel time / step")]
     cfg = RunConfig("acceptance", str(ctx.device), "resnet18", min(ctx.sizes.batch, 32), _settings(ctx))
@@ -509,13 +552,11 @@ def check_layers(ctx: Context) -> list[Check]:
         report = measure_layers(cfg, tmp, steps=10, block=5)
     table = report.table
     flagged = table[(table["bound"] == "compute") & table["above_roof"].fillna(False).astype(bool)]
-    modules = dict(build_model("resnet18", 1000).named_modules())
-    winograd = sum(winograd_shaped(modules.get(r.layer)) and r.roof_fraction <= WINOGRAD_MAX_ROOF_FRACTION
-                   for r in flagged.itertuples())
-    check = judge_layers(report.coverage, report.flops_total / report.model_flops, len(flagged), winograd)
-    named = "; ".join(f"{r.layer} {r.kind} {r.phase} {r.roof_fraction:.2f}x roof, {r.time_s * 1e6:.0f} us"
-                      for r in flagged.itertuples())
-    return [replace(check, detail=f"{check.detail}: {named}" if named else check.detail)]
+    above = [AboveRoof(str(r.layer), str(r.phase), float(r.roof_fraction),
+                       tuple(report.kernels.get((str(r.layer), str(r.phase)), ()))) for r in flagged.itertuples()]
+    strict = not _settings(ctx).knobs.tf32 and report.roof_dtype == "fp32"
+    return [judge_layers(report.coverage, report.flops_total / report.model_flops, above,
+                         tf32_kernels(report.kernels) if strict else ())]
 
 
 CHECKS: list[Callable[[Context], list[Check]]] = [

@@ -25,6 +25,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from benchlib.env import gpu as gpu_env
+
 GIB = 2**30
 # torch 2.14.1's CUDA 13 wheels, as `torch.cuda.get_arch_list()` prints them (kernels from sm_75 on).
 CUDA13_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
@@ -88,6 +90,8 @@ def fake_cuda(monkeypatch, *gpus: FakeGpu, arch_list: list[str] | None = None, c
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (gpu(device).free_bytes,
                                                                           gpu(device).total_bytes))
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(archs))
+    # a child process would find no fake: it answers what the fake GPU has free
+    monkeypatch.setattr(gpu_env, "free_bytes_in_child", lambda index: gpu(index).free_bytes)
     monkeypatch.setattr(torch.version, "cuda", cuda_version)
 
 
@@ -111,12 +115,14 @@ class FakeNvml:
                  temperature_c: Callable[[int], int] = lambda i: 40,
                  sm_clock_mhz: Callable[[int], int] = lambda i: 1000,
                  energy_mj: Callable[[int], int | None] = lambda i: 1000 * (i + 1), energy_step_mj: int = 0,
-                 visible: str | None = "0,1,2", uuids: dict[int, str] | None = None) -> None:
+                 visible: str | None = "0,1,2", uuids: dict[int, str] | None = None,
+                 power_instant_mw: Callable[[int], int | None] = lambda i: None) -> None:
         self.count, self.visible = count, visible
         if uuids is not None:
             self.uuids = dict(uuids)
         self.util, self.memory_used_bytes, self.memory_total_bytes = util, memory_used_bytes, memory_total_bytes
         self.power_mw, self.temperature_c, self.sm_clock_mhz = power_mw, temperature_c, sm_clock_mhz
+        self.power_instant_mw = power_instant_mw  # None: a driver without the instant field (before 530)
         self.energy_mj = {i: energy_mj(i) for i in range(count)}
         self.energy_step_mj = energy_step_mj  # added at every read: a counter that moves
         self.calls: dict[str, int] = {}
@@ -152,6 +158,13 @@ class FakeNvml:
             self._n(f"power{h.index}")
             return self._supported(self.power_mw(h.index))
 
+        def fields(h: SimpleNamespace, ids: list[int]) -> list[SimpleNamespace]:
+            assert ids == [pynvml.NVML_FI_DEV_POWER_INSTANT]
+            self._n(f"power_instant{h.index}")
+            mw = self.power_instant_mw(h.index)
+            status = pynvml.NVML_SUCCESS if mw is not None else pynvml.NVML_ERROR_NOT_SUPPORTED
+            return [SimpleNamespace(nvmlReturn=status, value=SimpleNamespace(uiVal=mw or 0))]
+
         def temperature(h: SimpleNamespace, sensor: int) -> int:
             assert sensor == pynvml.NVML_TEMPERATURE_GPU
             return self.temperature_c(h.index)
@@ -168,7 +181,8 @@ class FakeNvml:
             "nvmlDeviceGetTotalEnergyConsumption": energy, "nvmlDeviceGetUtilizationRates": util,
             "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(total=self.memory_total_bytes,
                                                                  used=self.memory_used_bytes(h.index), free=0),
-            "nvmlDeviceGetPowerUsage": power, "nvmlDeviceGetTemperature": temperature,
+            "nvmlDeviceGetPowerUsage": power, "nvmlDeviceGetFieldValues": fields,
+            "nvmlDeviceGetTemperature": temperature,
             "nvmlDeviceGetClockInfo": clock,
         }
         for name, answer in answers.items():

@@ -212,6 +212,22 @@ def test_a_mig_slice_is_found_by_its_own_uuid_and_its_boards_energy_is_not_claim
         assert not lost.handles and "no NVML device has UUID 9999" in lost.missing["gpu_uuid"]
 
 
+def test_two_mig_slices_of_one_gpu_are_two_devices_not_one(monkeypatch):
+    """Two ranks on two slices of one board: both slices are found, each under its own key (the second
+    slice's key lies beyond any board index), and neither overwrites the other."""
+    FakeNvml().install(monkeypatch).with_mig(monkeypatch, gpu=1, slices=["MIG-1111", "MIG-2222"])
+    from benchlib.instruments.nvml import NvmlDevices, mig_slice_key
+
+    with NvmlDevices(uuids=["1111", "2222"]) as found:
+        assert not found.missing, found.missing
+        assert sorted(found.handles) == [1, mig_slice_key(1, 1)] and found.mig == set(found.handles)
+        assert {h.slot for h in found.handles.values()} == {0, 1}
+    with TelemetrySampler(0.05, gpu_uuids=["1111", "2222"]) as sampler:
+        pass
+    prefixes = {c.split("_")[0] for c in sampler.result.frame.columns if c.startswith("gpu")}
+    assert prefixes == {"gpu1", f"gpu{mig_slice_key(1, 1)}"}
+
+
 def test_telemetry_and_energy_follow_the_runs_gpu_by_uuid_not_by_index(monkeypatch):
     FakeNvml().install(monkeypatch)
     with TelemetrySampler(0.05, gpu_uuids=["bbb"]) as sampler:  # torch's name of NVML's GPU 2

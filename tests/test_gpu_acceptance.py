@@ -297,25 +297,48 @@ def test_the_telemetry_judgements_can_fail_and_skip_what_nvml_does_not_report(ju
 def test_the_latency_and_timm_judgements_can_fail(judges):
     assert judges.judge_latency(0.0050, 0.0040).passed is False, "host clock 25% over the events"
     assert judges.judge_latency(0.0041, 0.0040).passed is True
-    assert judges.judge_timm("training", 500.0, 1000.0).passed is False
-    assert judges.judge_timm("training", 1000.0, 950.0).passed is True
-    assert judges.judge_timm("inference", 1000.0, None).passed is False, "timm gave no figure"
+    assert judges.judge_timm("train (amp_fp16)", 500.0, 1000.0).passed is False
+    assert judges.judge_timm("train (amp_fp16)", 905.0, 1000.0).passed is False, "10% behind timm fails now"
+    assert judges.judge_timm("train (amp_bf16)", 970.0, 1000.0).passed is True
+    assert judges.judge_timm("infer (amp_bf16)", 1000.0, 950.0).passed is True
+    assert judges.judge_timm("infer (amp_bf16)", 1000.0, None).passed is False, "timm gave no figure"
+
+
+def test_timm_is_compared_like_with_like_in_fresh_interleaved_processes(acceptance, tmp_path):
+    """Both sides run timm's own model (benchlib as ``timm:NAME``), at one batch, image size, precision
+    (bf16 and fp16) and optimizer, channels_last, each in fresh processes alternating A B A B."""
+    from benchlib.spec.settings import RunSettings
+
+    out = tmp_path / "t.csv"
+    for precision, dtype in (("amp_bf16", "bfloat16"), ("amp_fp16", "float16")):
+        timm = acceptance.timm_command(Path("benchmark.py"), "resnet50", 128, 224, precision, out)
+        ours = acceptance.benchlib_command("resnet50", torch.device("cuda", 0), 128, 224, precision, 50)
+        assert timm[timm.index("--model") + 1] == "resnet50" and ours[ours.index("--model") + 1] == "timm:resnet50"
+        assert timm[timm.index("-b") + 1] == ours[ours.index("--batch-size") + 1] == "128"
+        assert timm[timm.index("--img-size") + 1] == ours[ours.index("--image-size") + 1] == "224"
+        assert timm[timm.index("--amp-dtype") + 1] == dtype and f"precision={precision}" in ours
+        assert "--channels-last" in timm and "memory_format=channels_last" in ours
+        s = RunSettings.of()
+        assert timm[timm.index("--momentum") + 1] == str(s.momentum) and timm[timm.index("--opt") + 1] == "sgd"
+        assert timm[timm.index("--weight-decay") + 1] == str(s.weight_decay)
+    assert acceptance.interleaved(2) == ["timm", "benchlib", "timm", "benchlib"]
 
 
 def test_the_per_layer_judgement_can_fail(judges):
-    assert judges.judge_layers(0.82, 1.0, 0).passed is True
-    assert judges.judge_layers(1.30, 1.0, 0).passed is False, "kernels counted twice: more than the step"
-    assert judges.judge_layers(0.82, 1.2, 0).passed is False, "a downsample credited with the main branch's FLOPs"
-    assert judges.judge_layers(0.82, 1.0, 3).passed is False, "kernels credited to the wrong layer"
-    assert judges.judge_layers(0.0, 1.0, 0).passed is False, "no kernel attributed at all"
-    assert judges.judge_layers(0.96, 1.0, 5, 5).passed is True, "Winograd-shaped convolutions, as on an H200"
-    assert judges.judge_layers(0.96, 1.0, 5, 4).passed is False, "one layer above its roof unexplained"
-
-
-def test_winograd_shape_is_a_3x3_stride_1_ungrouped_convolution(acceptance):
-    nn = torch.nn
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, padding=1)) is True
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, stride=2, padding=1)) is False
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 3, groups=8)) is False
-    assert acceptance.winograd_shaped(nn.Conv2d(8, 8, 1)) is False
-    assert acceptance.winograd_shaped(nn.Linear(8, 8)) is False
+    above = judges.AboveRoof
+    winograd = above("layer2.0.conv2", "forward", 1.25, ("sm80_xmma_fprop_winograd_f32f32_f32", "copy_kernel"))
+    gemm = above("layer2.0.conv2", "forward", 1.25, ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32",))
+    assert judges.judge_layers(0.82, 1.0, []).passed is True
+    assert judges.judge_layers(1.30, 1.0, []).passed is False, "kernels counted twice: more than the step"
+    assert judges.judge_layers(0.82, 1.2, []).passed is False, "a downsample credited with the main branch's FLOPs"
+    assert judges.judge_layers(0.82, 1.0, [gemm] * 3).passed is False, "kernels credited to the wrong layer"
+    assert judges.judge_layers(0.0, 1.0, []).passed is False, "no kernel attributed at all"
+    assert judges.judge_layers(0.96, 1.0, [winograd] * 4).passed is True, "its own kernels are Winograd's"
+    unexplained = judges.judge_layers(0.96, 1.0, [winograd] * 3 + [gemm])
+    assert unexplained.passed is False and "implicit_gemm" in unexplained.detail, "a 3x3 shape is no evidence"
+    too_far = above("layer2.0.conv2", "forward", 2.6, winograd.kernels)
+    assert judges.judge_layers(0.96, 1.0, [too_far]).passed is False, "beyond what Winograd can explain"
+    leak = judges.tf32_kernels({("layer1.0.conv1", "backward"): ["sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32"],
+                                ("fc", "forward"): ["ampere_sgemm_64x32_sliced1x4_tn"]})
+    assert leak == ["layer1.0.conv1 backward: sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32"]
+    assert judges.judge_layers(0.96, 1.0, [], leak).passed is False, "TF32 in strict fp32"

@@ -260,6 +260,36 @@ def test_free_memory_is_read_through_nvml_without_a_cuda_context(monkeypatch):
         check_gpu_memory(_run_configs(64), "s.yaml")
 
 
+def test_where_nvml_cannot_tell_free_memory_is_read_by_a_child_not_in_this_process(monkeypatch):
+    """No NVML (a container without the driver library's NVML, a vGPU): the parent still reads no free memory
+    through torch, which would keep a CUDA context on the GPU for hours, but asks a short-lived child."""
+    from benchlib.env import gpu as gpu_env
+    from benchlib.run.preflight import check_gpu_memory
+
+    fake_cuda(monkeypatch, T4)
+
+    def no_context(device=None):
+        raise AssertionError("mem_get_info creates a CUDA context")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_context)
+    asked: list[int] = []
+    monkeypatch.setattr(gpu_env, "free_bytes_in_child", lambda index: asked.append(index) or int(0.5 * GIB))
+    with pytest.raises(ConfigError, match=r"has 0\.50 GiB free"):
+        check_gpu_memory(_run_configs(64), "s.yaml")
+    assert asked == [0]
+
+
+def test_the_compile_check_reads_no_free_memory(monkeypatch):
+    from benchlib.engine.knobs import unsupported_reason
+    from benchlib.spec.knobs import Knobs
+
+    fake_cuda(monkeypatch, FakeGpu("Tesla P100-PCIE-16GB", (6, 0), 16.0))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: pytest.fail("a CUDA context"))
+    monkeypatch.setattr("benchlib.engine.knobs.find_spec", lambda name: object())
+    assert "triton backend needs compute capability 7.0+" in unsupported_reason(Knobs(compile="default"), "cuda",
+                                                                                 training=True)
+
+
 def test_a_run_whose_batch_cannot_fit_is_refused_before_any_work(monkeypatch, capsys, tmp_path):
     fake_cuda(monkeypatch, FakeGpu("Tesla T4", (7, 5), 15.0, free_gib=2.0))
     code = main(["run", "--model", "resnet18", "--device", "cuda", "--batch-size", "512", "--data", "synthetic",

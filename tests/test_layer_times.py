@@ -114,3 +114,28 @@ def test_on_a_gpu_a_layer_takes_the_kernels_launched_under_its_range_not_the_lau
     on_host = layer_times(events, spans).set_index(["layer", "phase"])["time_us"]
     assert on_host[("conv", "forward")] == 10.0 and on_host[("conv", "backward")] == 10.0  # the launches only
     assert region_device_us(events, spans, "optimizer_step") == 120.0
+
+
+def test_each_layer_names_the_kernels_launched_under_it_forward_and_backward():
+    """The kernels under a layer are what tells a Winograd convolution (which may beat the nominal roof) from
+    a TF32 leak into strict fp32: each layer and phase names its own, the children's included."""
+    from types import SimpleNamespace
+
+    from benchlib.instruments.layer_times import BACKWARD_PREFIX, layer_kernels
+    from benchlib.instruments.profiler import StepSpans
+
+    def kernels(*names):
+        return [SimpleNamespace(name=n) for n in names]
+
+    conv_op = _event("aten::conv2d", 11, 19, seq=7)
+    conv_op.cpu_children = [_event("aten::cudnn_convolution", 12, 18)]
+    conv_op.cpu_children[0].kernels = kernels("sm80_xmma_fprop_winograd_f32f32", "nchwToNhwcKernel")
+    conv_range = _event("layer::conv", 10, 20)
+    conv_range.cpu_children = [conv_op]
+    backward = _event(BACKWARD_PREFIX + "ConvolutionBackward0", 60, 70, seq=7, thread=2, fwd_thread=1)
+    backward.kernels = kernels("sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32", "sm80_xmma_wgrad_f32")
+    events = [_event("ProfilerStep#1", 0, 1000), conv_range, conv_op, backward]
+    found = layer_kernels(events, [StepSpans(1, 0, 1000)])
+    assert found == {("conv", "forward"): ["nchwToNhwcKernel", "sm80_xmma_fprop_winograd_f32f32"],
+                     ("conv", "backward"): ["sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32",
+                                            "sm80_xmma_wgrad_f32"]}

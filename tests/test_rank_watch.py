@@ -163,3 +163,36 @@ def test_a_store_that_went_away_leaves_the_ranks_own_error_standing():
 
     watch = RankWatch(GoneStore(), 1, 2, lambda f: None, end_process=_end)
     _tell_the_other_ranks(watch, ValueError("own error"))  # returns: the caller re-raises its own error
+
+
+class _GoneStore(FakeStore):
+    """The store of a rank 0 that ended: every request fails as a TCPStore client's does."""
+
+    def add(self, key: str, amount: int) -> int:
+        raise RuntimeError("Connection reset by peer")
+
+
+def test_a_store_that_goes_away_mid_training_ends_the_rank_at_once(capsys):
+    """Rank 0 hosts the store; when it dies without posting, the other ranks' main threads sit in a collective
+    until the process group's timeout. The watch ends the rank within a poll or two, saying why."""
+    ended = threading.Event()
+    codes: list[int] = []
+
+    def end(code: int) -> None:
+        codes.append(code)
+        ended.set()
+
+    watch = RankWatch(_GoneStore(), 1, 2, lambda f: None, poll_s=0.01, end_process=end).start()
+    try:
+        assert ended.wait(5), "the rank ended instead of waiting out the timeout"
+        assert codes == [1] and "the ranks' store is gone (rank 0 ended)" in capsys.readouterr().err
+    finally:
+        watch.stop()
+
+
+def test_a_rank_whose_training_ended_lets_the_store_go_without_a_word():
+    ended: list[int] = []
+    watch = RankWatch(_GoneStore(), 1, 2, lambda f: None, poll_s=0.2, end_process=ended.append)
+    threading.Timer(0.05, watch.stop).start()  # training ends during the grace poll
+    watch._store_gone()
+    assert ended == []

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from benchlib import roofline as rl
+from benchlib.env.tf32 import tf32
 from benchlib.roofline import ceilings as rl_ceilings
 
 SMALL = {"matmul_size": 256, "copy_bytes": 8 * 2**20, "conv_shape": (2, 32, 16), "repeats": 3, "warmup": 1}
@@ -61,6 +62,7 @@ def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: rl.
         assert c.conv_flops_per_s[dtype] == pytest.approx(conv)
         assert peak == max(c.matmul_flops_per_s[dtype], c.conv_flops_per_s[dtype])  # the faster is the roof
     assert c.conv_shape == [2, 32, 16] and rl_ceilings.conv_flops(2, 32, 16) == 2 * 2 * 32 * 32 * 9 * 16 * 16
+    assert c.conv_kernel == 3 and "a 3x3 convolution" in c.method
     assert c.bandwidth_bytes_per_s == pytest.approx(2 * 8 * 2**20 / sorted(c.samples["copy_s"])[1])
     assert all(v >= 0 for v in c.iqr_over_median.values())
 
@@ -89,7 +91,7 @@ def test_bad_arguments_are_refused() -> None:
 def test_tf32_switch_restores_the_legacy_flag() -> None:
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32
-    with rl_ceilings._tf32_matmul(not before):
+    with tf32(not before, ("matmul",)):
         assert matmul.allow_tf32 == (not before)
     assert matmul.allow_tf32 == before
 
@@ -100,7 +102,7 @@ def test_tf32_switch_follows_the_new_api_when_the_caller_uses_it() -> None:
     legacy_before = matmul.allow_tf32
     try:
         matmul.fp32_precision = "ieee"
-        with rl_ceilings._tf32_matmul(True):
+        with tf32(True, ("matmul",)):
             assert matmul.fp32_precision == "tf32"
         assert matmul.fp32_precision == "ieee"
     finally:
@@ -283,3 +285,23 @@ def test_best_of_keeps_the_highest_median_per_figure():
     assert best.bandwidth_bytes_per_s == 20.0
     assert best.ridge_point_flops_per_byte["fp32"] == 7.5
     assert best.attempts == 2
+
+
+def test_cudas_conv_roof_is_a_1x1_one_and_a_3x3_roof_is_measured_again(monkeypatch) -> None:
+    """cuDNN may run a 3x3 stride-1 convolution as Winograd (up to 2.25x fewer multiplies than counted), which
+    would lift the roof above what a layer can reach: on CUDA the conv roof is a 1x1 convolution's (implicit
+    GEMM, no shortcut), and ceilings kept from a 3x3 one are stale there. The 1x1 is timed here on the CPU."""
+    from fakes import A100_SXM, fake_cuda
+
+    from benchlib.roofline.cache import stale_reason
+
+    assert rl_ceilings.CONV_KERNEL == {"cpu": 3, "cuda": 1, "mps": 3}
+    seconds, _ = rl_ceilings._measure_conv("fp32", (2, 32, 16), torch.device("cpu"), 2, 1, kernel=1)
+    assert len(seconds) == 2 and all(_positive_finite(v) for v in seconds)
+    assert rl_ceilings.conv_flops(2, 32, 16, 1) == 2 * 2 * 32 * 32 * 16 * 16
+    fake_cuda(monkeypatch, A100_SXM)
+    cuda = torch.device("cuda", 0)
+    old = rl.Ceilings(device="cuda:0", device_name=torch.cuda.get_device_name(0), peak_flops_per_s={"fp32": 2e13},
+                      bandwidth_bytes_per_s=2e12, conv_flops_per_s={"fp32": 2e13}, conv_kernel=3)
+    assert "a 3x3 one's, not a 1x1" in stale_reason(old, cuda)
+    assert "3x3" not in (stale_reason(dataclasses.replace(old, conv_kernel=1), cuda) or "")

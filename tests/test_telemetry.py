@@ -159,6 +159,18 @@ def test_fake_nvml_power_is_summed_over_gpus(monkeypatch):
     assert sample(0.3).summary().gpu_power_w_mean == pytest.approx(250.0)
 
 
+def test_power_is_the_instant_reading_where_the_driver_has_it(monkeypatch):
+    """NVML's power usage is a one-second average on Ampere and newer: the instant field is read where the
+    driver has it (board 0 here), the average where it has not (board 1, a driver before 530)."""
+    fake = FakeNvml.two_boards()
+    fake.power_mw = lambda i: 100_000  # the one-second average
+    fake.power_instant_mw = lambda i: 310_000 if i == 0 else None
+    fake.install(monkeypatch)
+    f = sample(0.3).frame
+    assert (f["gpu0_power_w"] == 310.0).all() and (f["gpu1_power_w"] == 100.0).all()
+    assert "power0" not in fake.calls, "no average read where the instant one answers"
+
+
 def test_cuda_visible_devices_selects_nvml_indices(monkeypatch):
     FakeNvml.two_boards().install(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")

@@ -200,3 +200,19 @@ def test_a_resumed_pair_reuses_saved_weights_and_ignores_foreign_ones(tmp_path, 
                                          variants=specs)
     assert calls == [1] and trained_itself[1]["status"] == "ok"
     assert trained_itself[1]["weights_trained_by"] is None
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_configurations_without_cudnn_autotuning_run_before_those_with_it(interleave):
+    """The plans cuDNN's autotuner finds stay in the process (torch cannot clear them) and a later
+    ``cudnn_benchmark: false`` configuration would run them: every such configuration goes first, and the
+    ones with autotuning keep their rounds among themselves."""
+    from benchlib.spec.study import parse_study
+
+    cfg = parse_study({"study": "c", "hardware": ["cuda"], "models": ["resnet18"], "batch_sizes": [32, 64],
+                       "repeats": 2, "interleave": interleave, "sweep": {"cudnn_benchmark": [True, False]}},
+                      "c.yaml")
+    order = [(c.settings.knobs.cudnn_benchmark, c.settings.seed, c.batch_size) for c in cfg.configs("cuda", "resnet18")]
+    assert [b for b, _, _ in order] == [False] * 4 + [True] * 4
+    if interleave:
+        assert order[4:] == [(True, 0, 32), (True, 0, 64), (True, 1, 32), (True, 1, 64)]

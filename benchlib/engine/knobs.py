@@ -75,7 +75,8 @@ def _compile_reason(v: Knobs, device: str) -> str | None:
     if device_type == "cuda" and find_spec("triton") is None:
         return "torch.compile on CUDA needs triton: pip install triton (it ships with the CUDA wheels of torch)"
     if device_type == "cuda" and torch.cuda.is_available():
-        return compile_problem(gpu_facts(torch.device(device).index or 0))
+        return compile_problem(gpu_facts(torch.device(device).index or 0, free_bytes=0))  # memory not needed:
+        # reading it here would leave a CUDA context in a process that only checks
     return None
 
 

@@ -8,6 +8,8 @@ refuse a study before any work.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +64,18 @@ class GpuFacts:
 
     def label(self) -> str:
         return f"cuda:{self.index} ({self.name}, {self.sm})"
+
+
+def free_bytes_in_child(index: int) -> int | None:
+    """Free memory of ``cuda:index`` read by a short-lived child process (None where it cannot be read): asking
+    torch here would leave a CUDA context, and its memory, on the GPU for as long as this process lives (a
+    study's parent waits for hours while its notebooks measure). For where NVML cannot answer."""
+    code = f"import torch; print(torch.cuda.mem_get_info({int(index)})[0])"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def gpu_facts(index: int, free_bytes: int | None = None) -> GpuFacts:

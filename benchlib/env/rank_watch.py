@@ -133,8 +133,20 @@ class RankWatch:
         while not self._stop.wait(self._poll_s):
             try:
                 failure = self.peer_failure()
-            except RuntimeError:  # the store went away: torchrun is ending this run
+            except RuntimeError:  # the store went away with the process that served it (rank 0's agent)
+                self._store_gone()
                 return
             if failure is not None:
                 self.handle(failure)
                 return
+
+    def _store_gone(self) -> None:
+        """The store is gone while this rank still trains: whoever served it ended, most often rank 0 failing
+        before it could post. The collectives this rank waits in would sit out the process group's timeout
+        (minutes); end now, saying why. A rank whose training ended calls ``stop`` first: one more poll's
+        grace lets a rank 0 that ended normally go without a word."""
+        if self._stop.wait(self._poll_s):
+            return
+        print(f"benchlib: rank {self.rank} of {self.world_size}: the ranks' store is gone (rank 0 ended): this "
+              "rank ends too instead of waiting out the collective's timeout", file=sys.stderr)
+        self._end_process(EXIT_PEER_FAILED)

@@ -81,6 +81,40 @@ def layer_times(events: Sequence[Any], spans: Sequence[StepSpans], *, device: bo
     """Per leaf module and phase: calls and time (``LAYER_TIME_COLUMNS``), summed over the steps of
     ``spans``, from a profile's events (``prof.events()``) taken with ``layer_ranges`` open: host wall time,
     or with ``device`` the device time of the kernels each range launched."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    for key, e in _attributed(events, spans):
+        start, end = event_interval(e)
+        calls_time = totals.setdefault(key, [0.0, 0.0])
+        calls_time[0] += 1
+        calls_time[1] += device_time_us(e) if device else end - start
+    rows = [{"layer": layer, "phase": phase, "calls": int(ct[0]), "time_us": ct[1]}
+            for (layer, phase), ct in totals.items()]
+    return pd.DataFrame(rows, columns=list(LAYER_TIME_COLUMNS))
+
+
+def layer_kernels(events: Sequence[Any], spans: Sequence[StepSpans]) -> dict[tuple[str, str], list[str]]:
+    """Per (leaf module, phase): the names of the device kernels launched under it, sorted, each once.
+
+    What a layer's time cannot say, its kernels can: a 3x3 convolution faster than its nominal FLOPs allow
+    is a Winograd kernel only if one ran, and an fp32 configuration that ran a ``tf32`` kernel leaked TF32.
+    """
+    names: dict[tuple[str, str], set[str]] = {}
+    for key, e in _attributed(events, spans):
+        names.setdefault(key, set()).update(_kernel_names(e))
+    return {key: sorted(found) for key, found in names.items()}
+
+
+def _kernel_names(event: Any) -> set[str]:
+    """The kernels an event and every op under it launched (the profiler keeps them on the launching op)."""
+    found = {str(k.name) for k in getattr(event, "kernels", None) or []}
+    for child in getattr(event, "cpu_children", None) or []:
+        found |= _kernel_names(child)
+    return found
+
+
+def _attributed(events: Sequence[Any], spans: Sequence[StepSpans]) -> Iterator[tuple[tuple[str, str], Any]]:
+    """Each layer range (forward) and each backward node a layer's forward recorded, with its (layer, phase):
+    the one attribution both the times and the kernels follow."""
     host = [e for e in events if is_host_event(e) and _in_steps(event_interval(e)[0], spans)]
     ranges: dict[Any, list[tuple[float, float, str]]] = {}  # thread -> sorted (start, end, layer)
     for e in host:
@@ -104,25 +138,14 @@ def layer_times(events: Sequence[Any], spans: Sequence[StepSpans], *, device: bo
             layer = layer_at(e.thread, event_interval(e)[0])
             if layer is not None:
                 owner.setdefault((e.thread, seq), layer)
-    totals: dict[tuple[str, str], list[float]] = {}
     for e in host:
-        start, end = event_interval(e)
         if e.name.startswith(LAYER_PREFIX):
-            key = (e.name.removeprefix(LAYER_PREFIX), "forward")
+            yield (e.name.removeprefix(LAYER_PREFIX), "forward"), e
         elif e.name.startswith(BACKWARD_PREFIX) and getattr(e, "sequence_nr", -1) >= 0:
             thread = getattr(e, "fwd_thread", None) or e.thread
             layer = owner.get((thread, e.sequence_nr))
-            if layer is None:
-                continue
-            key = (layer, "backward")
-        else:
-            continue
-        calls_time = totals.setdefault(key, [0.0, 0.0])
-        calls_time[0] += 1
-        calls_time[1] += device_time_us(e) if device else end - start
-    rows = [{"layer": layer, "phase": phase, "calls": int(ct[0]), "time_us": ct[1]}
-            for (layer, phase), ct in totals.items()]
-    return pd.DataFrame(rows, columns=list(LAYER_TIME_COLUMNS))
+            if layer is not None:
+                yield (layer, "backward"), e
 
 
 def with_unattributed(times: pd.DataFrame, spans: Sequence[StepSpans]) -> tuple[pd.DataFrame, float]:

@@ -82,6 +82,12 @@ def _mig_handles(parent: Any) -> list[Any]:
     return out
 
 
+def mig_slice_key(board: int, slot: int) -> int:
+    """The key (and ``gpu<key>_`` column prefix) of a second MIG slice of GPU ``board``: 100 x (board + 1) +
+    its slot, beyond any board index, so two slices of one GPU are two sets of figures."""
+    return 100 * (board + 1) + slot
+
+
 class NvmlDevices:
     """NVML initialized once and a handle per chosen GPU (by NVML index); ``missing`` says what is not there.
 
@@ -124,6 +130,8 @@ class NvmlDevices:
         torch names a MIG slice by the slice's own UUID, which no top-level NVML device carries: the slices
         of each GPU in MIG mode are searched too, and a slice found is keyed by its GPU's index and listed
         in ``mig`` (NVML reads its board's power and energy, not the slice's: those are left unmeasured).
+        A second slice of the same GPU (two ranks of one job on two slices of one board) is keyed by
+        :func:`mig_slice_key`, so neither slice's figures overwrite the other's.
         """
         found: set[str] = set()
         for i in range(count):
@@ -136,14 +144,15 @@ class NvmlDevices:
                 self.handles[i] = handle
                 found.add(uuid)
                 continue
-            for mig in _mig_handles(handle) if set(wanted) - found else []:
+            for slot, mig in enumerate(_mig_handles(handle) if set(wanted) - found else []):
                 try:
                     mig_uuid = normal_uuid(pynvml.nvmlDeviceGetUUID(mig))
                 except pynvml.NVMLError:
                     continue
-                if mig_uuid in wanted and i not in self.handles:
-                    self.handles[i] = mig
-                    self.mig.add(i)
+                if mig_uuid in wanted and mig_uuid not in found:
+                    key = i if i not in self.handles else mig_slice_key(i, slot)
+                    self.handles[key] = mig
+                    self.mig.add(key)
                     found.add(mig_uuid)
         lost = [u for u in wanted if u not in found]
         if lost:

@@ -174,11 +174,30 @@ def _nvml_queries() -> dict[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
     return {
         ("util_pct", "mem_util_pct"): utilization,
         ("mem_used_bytes",): lambda h: (int(nv.nvmlDeviceGetMemoryInfo(h).used),),
-        ("power_w",): lambda h: (nv.nvmlDeviceGetPowerUsage(h) / 1000.0,),  # mW
+        ("power_w",): lambda h: (power_w(h),),
         ("temp_c",): lambda h: (nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),),
         ("sm_clock_mhz",): lambda h: (nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),),
         ("energy_j",): lambda h: (nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0,),  # mJ since driver load
     }
+
+
+def power_w(handle: Any) -> float:
+    """The board's power draw now, in watts.
+
+    ``nvmlDeviceGetPowerUsage`` is a one-second average on Ampere and newer, which smears a short phase into
+    its neighbours; the instant field (``NVML_FI_DEV_POWER_INSTANT``, drivers 530+) is read where the driver
+    has it, the average elsewhere.
+    """
+    nv = pynvml
+    field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
+    if field is not None:
+        try:
+            (value,) = nv.nvmlDeviceGetFieldValues(handle, [field])
+            if value.nvmlReturn == nv.NVML_SUCCESS:
+                return float(value.value.uiVal) / 1000.0  # mW
+        except nv.NVMLError:
+            pass
+    return float(nv.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # mW, averaged over about a second
 
 
 def gpu_processes(handle: Any) -> int:

@@ -23,7 +23,7 @@ from ..log import ProgressFn
 from ..store.atomic import atomic_write_json
 from ..store.layout import ResultsLayout
 from ..store.machine_cache import fingerprint_change, machine_cache
-from .ceilings import METHOD_VERSION, _resolve_device, measure_ceilings_robust, measure_watched
+from .ceilings import CONV_KERNEL, METHOD_VERSION, _resolve_device, measure_ceilings_robust, measure_watched
 from .measured import Ceilings, best_of, read_ceilings
 
 # A roof measured while other work ran is measured again on next use, but not within this many seconds of its
@@ -48,6 +48,9 @@ def stale_reason(cached: Ceilings, device: torch.device) -> str | None:
         return f"measured on '{cached.device_name}', not '{name}'"
     if cached.peak_flops_per_s and not cached.conv_flops_per_s:
         return "measured without a convolution ceiling (an older benchlib): its compute roof is a matmul's only"
+    if cached.conv_kernel != CONV_KERNEL[device.type]:
+        return (f"its convolution roof is a {cached.conv_kernel}x{cached.conv_kernel} one's, not a "
+                f"{CONV_KERNEL[device.type]}x{CONV_KERNEL[device.type]} (a Winograd kernel can lift a 3x3's)")
     if cached.torch and cached.torch != torch.__version__:
         return f"measured with torch {cached.torch}, not {torch.__version__}"
     if device.type == "cuda":

@@ -1,5 +1,5 @@
-"""Roofline ceilings measured on the machine that ran the study: a large matmul and a 3x3 convolution per dtype,
-a large device copy.
+"""Roofline ceilings measured on the machine that ran the study: a large matmul and a convolution per dtype
+(3x3 on a CPU, 1x1 on CUDA, where a Winograd 3x3 would inflate it), a large device copy.
 
 The compute roof of a dtype is the faster of the two products: oneDNN's direct convolutions can run well
 above a matrix product of the same dtype (486 against 215 GFLOP/s on one day's 2-core VM of this project,
@@ -47,9 +47,14 @@ MAX_OPS_PER_REPEAT = 10_000
 
 DEFAULT_MATMUL_SIZE = {"cpu": 2048, "cuda": 8192, "mps": 8192}
 DEFAULT_COPY_BYTES = {"cpu": 512 * MIB, "cuda": 2 * GIB, "mps": 1 * GIB}
-# (batch, channels in = out, side) of the 3x3 convolution: wide enough to keep every core's vector units
+# (batch, channels in = out, side) of the roof's convolution: wide enough to keep every core's vector units
 # and a GPU's SMs busy, as a ResNet's middle stages are.
-DEFAULT_CONV_SHAPE = {"cpu": (16, 256, 14), "cuda": (64, 256, 56), "mps": (32, 256, 56)}
+DEFAULT_CONV_SHAPE = {"cpu": (16, 256, 14), "cuda": (64, 1024, 28), "mps": (32, 256, 56)}
+# Its kernel size. cuDNN may run a 3x3 stride-1 convolution as Winograd, which multiplies up to 2.25x less
+# than the nominal count: counted at nominal FLOPs it would lift the roof above what any layer can reach. A
+# 1x1 convolution has no such shortcut (it is implicit GEMM), so CUDA's conv roof is a 1x1's; oneDNN runs
+# direct convolutions on a CPU, where the 3x3 is the faster and honest one.
+CONV_KERNEL = {"cpu": 3, "cuda": 1, "mps": 3}
 # How ceilings are measured, as a version: raise it when the method changes, and every machine cache's roof is
 # measured again (a matmul alone was version 1; the 3x3 convolution beside it made version 2).
 METHOD_VERSION = "ceilings-2"
@@ -162,17 +167,18 @@ def conv_flops(batch: int, channels: int, side: int, kernel: int = 3) -> int:
 
 
 def _measure_conv(dtype_name: str, shape: Sequence[int], device: torch.device, repeats: int,
-                  warmup: int) -> tuple[list[float], int]:
-    """Seconds per 3x3 convolution of ``shape`` (batch, channels, side) in ``dtype_name``, channels-last (the
-    layout oneDNN and cuDNN run fastest; a roof is the fastest)."""
+                  warmup: int, kernel: int = 3) -> tuple[list[float], int]:
+    """Seconds per ``kernel`` x ``kernel`` convolution of ``shape`` (batch, channels, side) in ``dtype_name``,
+    same padding, channels-last (the layout oneDNN and cuDNN run fastest; a roof is the fastest)."""
     batch, channels, side = shape
     dtype = _TORCH_DTYPES[dtype_name]
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(batch, channels, side, side, generator=gen).to(device=device, dtype=dtype)
-    w = torch.randn(channels, channels, 3, 3, generator=gen).to(device=device, dtype=dtype)
+    w = torch.randn(channels, channels, kernel, kernel, generator=gen).to(device=device, dtype=dtype)
     x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
     with torch.no_grad(), _precision_context(dtype_name, device):
-        return _time_per_op_s(lambda: torch.nn.functional.conv2d(x, w, padding=1), device, repeats, warmup)
+        return _time_per_op_s(lambda: torch.nn.functional.conv2d(x, w, padding=kernel // 2), device, repeats,
+                              warmup)
 
 
 def _measure_copy(n_bytes: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
@@ -226,7 +232,7 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
             if reason is not None:
                 raise ValueError(reason)
 
-    shape = list(conv_shape or DEFAULT_CONV_SHAPE[dev.type])
+    shape, kernel = list(conv_shape or DEFAULT_CONV_SHAPE[dev.type]), CONV_KERNEL[dev.type]
     if dev.type == "cuda" and not conv_shape:  # its input and output within the copy's share of free memory
         while shape[0] > 1 and 2 * shape[0] * shape[1] * shape[2] ** 2 * 4 > n_bytes:
             shape[0] //= 2
@@ -238,9 +244,9 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         per_product_s, products_per_repeat[name] = _measure_matmul(name, n, dev, repeats, warmup)
         samples[f"matmul_{name}_s"] = per_product_s
         matmul_peaks[name] = matmul_flops(n) / Samples.of(per_product_s).median
-        per_conv_s, _ = _measure_conv(name, shape, dev, repeats, warmup)
+        per_conv_s, _ = _measure_conv(name, shape, dev, repeats, warmup, kernel)
         samples[f"conv_{name}_s"] = per_conv_s
-        conv_peaks[name] = conv_flops(*shape) / Samples.of(per_conv_s).median
+        conv_peaks[name] = conv_flops(shape[0], shape[1], shape[2], kernel) / Samples.of(per_conv_s).median
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     peak_flops_per_s = {name: max(matmul_peaks[name], conv_peaks[name]) for name in chosen}
@@ -258,14 +264,14 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         noisy=sorted(k for k, v in iqr.items() if v > NOISY_IQR_OVER_MEDIAN), skipped_dtypes=skipped,
         matmul_size=n, matmul_products_per_repeat=products_per_repeat, copy_bytes=n_bytes,
         copies_per_repeat=copies_per_repeat, repeats=repeats, warmup=warmup, threads=torch.get_num_threads(),
-        matmul_flops_per_s=matmul_peaks, conv_flops_per_s=conv_peaks, conv_shape=shape,
+        matmul_flops_per_s=matmul_peaks, conv_flops_per_s=conv_peaks, conv_shape=shape, conv_kernel=kernel,
         torch=torch.__version__, driver=driver_version()[0] if dev.type == "cuda" else None,
         measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(
             f"compute: the higher of two products per dtype. C = A @ B, square n={n}, {matmul_flops(n)} FLOPs "
-            f"(2*n^3) per product, C preallocated; a 3x3 convolution, stride 1, same padding, channels-last, "
-            f"batch {shape[0]}, {shape[1]} channels in and out, {shape[2]}x{shape[2]} pixels, "
-            f"{conv_flops(*shape)} FLOPs; "
+            f"(2*n^3) per product, C preallocated; a {kernel}x{kernel} convolution, stride 1, same padding, "
+            f"channels-last, batch {shape[0]}, {shape[1]} channels in and out, {shape[2]}x{shape[2]} pixels, "
+            f"{conv_flops(shape[0], shape[1], shape[2], kernel)} FLOPs; "
             f"{warmup} warmup products, then {repeats} timed repeats, each synchronized at both ends and looping "
             f"enough products to last >= {MIN_REPEAT_S} s; a sample is one repeat's seconds / its products; "
             "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "

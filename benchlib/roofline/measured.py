@@ -56,7 +56,8 @@ class Ceilings:
     attempt_interference_cpu_pct: list[float | None] = field(default_factory=list)
     matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
     conv_flops_per_s: dict[str, float] = field(default_factory=dict)
-    conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the 3x3 convolution
+    conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the roof's convolution
+    conv_kernel: int = 3  # its kernel size: 3 on a CPU, 1 on CUDA (no Winograd shortcut to inflate the roof)
     # the conditions it was measured under (env.fingerprint): the machine cache keeps it only while they hold
     fingerprint: dict[str, str] = field(default_factory=dict)
     path: str | None = None

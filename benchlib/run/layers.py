@@ -28,7 +28,14 @@ from ..env.devices import resolve_hardware, synchronize
 from ..env.manifest import machine_name
 from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
-from ..instruments.layer_times import LAYER_PREFIX, layer_ranges, layer_times, phase_time_us, region_device_us
+from ..instruments.layer_times import (
+    LAYER_PREFIX,
+    layer_kernels,
+    layer_ranges,
+    layer_times,
+    phase_time_us,
+    region_device_us,
+)
 from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
 from ..log import ProgressFn
 from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
@@ -64,6 +71,9 @@ class LayerReport:
     steps: int
     about: dict[str, Any] = field(default_factory=dict)  # study, model, hardware, batch size, image size, machine
     notes: list[str] = field(default_factory=list)
+    # (layer, phase) -> the device kernels launched under it (on a GPU; empty on a CPU, whose layers run no
+    # kernels the profiler names): what tells a Winograd convolution from a counting error or a TF32 leak
+    kernels: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     @property
     def efficiency(self) -> float:
@@ -171,6 +181,10 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
             say(f"layers: {len(profiled)}/{steps} profiled steps")
         x, _ = next(batches)
     per_step = [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
+    kernels: dict[tuple[str, str], set[str]] = {}
+    for events in cycles if on_gpu else []:
+        for key, names in layer_kernels(events, step_spans(events)).items():
+            kernels.setdefault(key, set()).update(names)
     times = median_per_step(per_step)
     element_bytes = ELEMENT_BYTES[dtype]
     classes = built.loaders.num_classes
@@ -196,6 +210,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         about={"study": cfg.study, "model": cfg.model, "hardware": cfg.hardware, "device": str(device),
                "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
                "machine": machine_name(), "cache_bytes": cache_bytes})
+    report.kernels = {key: sorted(names) for key, names in kernels.items()}
     report.notes += _notes(report)
     if on_gpu:
         report.notes.append("on a GPU each layer's time is the device time of the kernels launched under its "

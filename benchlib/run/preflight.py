@@ -19,6 +19,7 @@ from typing import Any
 from ..data.datasets import check_data_path, load_dataset
 from ..data.user_data import user_facts
 from ..engine.setup import num_classes
+from ..env import gpu as gpu_env
 from ..env.devices import cuda_uuids, resolve_hardware
 from ..env.gpu import GpuFacts, arch_problem, copy_bytes_for, gpu_facts, precision_problem
 from ..env.threads import usable_cpus
@@ -90,9 +91,11 @@ def check_gpus(hardware: Sequence[str], settings: Sequence[RunSettings], where: 
 
 
 def _facts(hardware: str) -> GpuFacts:
-    """A CUDA device's facts, its free memory read through NVML where it can be (no CUDA context here)."""
+    """A CUDA device's facts, its free memory read through NVML, else by a child process: never by torch in
+    this process, which would keep a CUDA context on the GPU while the study's notebooks measure."""
     index = int(hardware.split(":")[1]) if ":" in hardware else 0
-    return gpu_facts(index, free_bytes=free_bytes(cuda_uuids([index])[0]))
+    free = free_bytes(cuda_uuids([index])[0])
+    return gpu_facts(index, free_bytes=free if free is not None else gpu_env.free_bytes_in_child(index))
 
 
 def check_gpu_memory(configs: Sequence[RunConfig], where: str, *, world_size: int = 1,

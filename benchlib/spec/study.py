@@ -90,12 +90,15 @@ def schedule(configs: Sequence[RunConfig], interleave: bool = True) -> list[RunC
     instead of all of A then all of B: thermal drift or other load then lands on every side alike.
 
     An evaluate-only variant stays after the training twin of its round (same seed and batch), whose
-    weights it evaluates.
+    weights it evaluates. Configurations without cuDNN autotuning run before those with it: the plans
+    ``cudnn_benchmark: true`` finds stay in the process's plan cache, which torch cannot clear and which a
+    later ``false`` configuration would use (autotuned kernels in a row that says it ran without them).
     """
-    if not interleave:
-        return sorted(configs, key=lambda c: c.evaluates_only)  # stable: the study's order otherwise
+    if not interleave:  # stable: the study's order otherwise
+        return sorted(configs, key=lambda c: (c.settings.knobs.cudnn_benchmark, c.evaluates_only))
     batches = list(dict.fromkeys(c.batch_size for c in configs))
-    return sorted(configs, key=lambda c: (c.settings.seed, batches.index(c.batch_size), c.evaluates_only))
+    return sorted(configs, key=lambda c: (c.settings.knobs.cudnn_benchmark, c.settings.seed,
+                                          batches.index(c.batch_size), c.evaluates_only))
 
 
 def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
