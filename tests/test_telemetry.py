@@ -316,3 +316,35 @@ def test_real_gpu_is_sampled_during_matmuls():
         energy = tel.frame[f"gpu{i}_energy_j"]
         assert energy.notna().all() and energy.is_monotonic_increasing or f"gpu{i}_energy_j" in tel.missing
     del y
+
+
+def _burn_cpu_s(seconds: float) -> None:
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+def test_a_costly_sampler_widens_its_interval_and_says_so(monkeypatch):
+    """A sample that takes 2 ms of CPU at a 0.1 s interval is 2% of a core: the interval is widened so sampling
+    stays under 0.5% of a core (0.4 s here), said in the notes, and the CPU it took is charged to benchlib."""
+    from benchlib.env import harness
+
+    real = TelemetrySampler._cpu
+
+    def costly(self, window_s):
+        _burn_cpu_s(0.002)
+        return real(self, window_s)
+
+    monkeypatch.setattr(TelemetrySampler, "_cpu", costly)
+    charged_before = harness.by_thread_s().get("telemetry", 0.0)
+    sampler = TelemetrySampler(0.1, gpus=False).start()
+    time.sleep(0.5)
+    tel = sampler.stop()
+    assert tel.interval_s >= 0.4 and "to keep sampling under 0.5% of a core" in tel.notes["interval"]
+    assert len(tel.frame) <= 4, "samples at the widened pace"
+    assert harness.by_thread_s()["telemetry"] - charged_before >= 0.002 * len(tel.frame)
+
+
+def test_a_cheap_sampler_keeps_its_interval():
+    tel = sample(0.3, interval_s=0.5, gpus=False)
+    assert tel.interval_s == 0.5 and "interval" not in tel.notes

@@ -216,3 +216,24 @@ def test_configurations_without_cudnn_autotuning_run_before_those_with_it(interl
     assert [b for b, _, _ in order] == [False] * 4 + [True] * 4
     if interleave:
         assert order[4:] == [(True, 0, 32), (True, 0, 64), (True, 1, 32), (True, 1, 64)]
+
+
+def test_each_row_states_what_benchlibs_own_threads_took_from_its_timed_steps(rows):
+    made, _ = rows
+    share = made["cpu-default"]["harness_cpu_pct"]
+    assert isinstance(share, float) and 0 < share < 100, share
+
+
+def test_a_row_whose_harness_took_over_one_percent_is_named_in_the_warnings():
+    import pandas as pd
+
+    from benchlib.report.findings.caveats import harness_warning, warnings
+
+    rows = pd.DataFrame([{"status": "ok", "model": "resnet18", "hardware": "cpu", "device": "cpu", "machine": "vm",
+                          "batch_size": 16,
+                          "variant": v, "run_id": f"cpu__{v}", "harness_cpu_pct": pct, "train_samples_per_s": 10.0}
+                         for v, pct in (("cpu-default", 0.3), ("cpu-bf16", 2.5))])
+    said = harness_warning(rows)
+    assert said is not None and "up to 2.5% of the CPUs" in said and "1 of 2 rows" in said
+    assert any("benchlib's own threads" in w.lower() for w in warnings(rows))
+    assert harness_warning(rows.assign(harness_cpu_pct=[0.3, 0.9])) is None

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import RankFailed, one_line
+from . import harness
 
 COUNT_KEY = "benchlib/failures"
 MESSAGE_KEY = "benchlib/failed/{rank}"
@@ -132,7 +133,8 @@ class RankWatch:
     def _loop(self) -> None:
         while not self._stop.wait(self._poll_s):
             try:
-                failure = self.peer_failure()
+                with harness.charged("rank-watch"):
+                    failure = self.peer_failure()
             except RuntimeError:  # the store went away with the process that served it (rank 0's agent)
                 self._store_gone()
                 return

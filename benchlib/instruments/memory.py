@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import torch
 
+from ..env import harness
+
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -93,10 +95,11 @@ class PeakMemory:
     def _sample(self) -> None:
         proc = psutil.Process()
         while not self._stop.wait(self.sample_interval_s):
-            if not self._hwm_reset:
-                self._sampled_peak = max(self._sampled_peak, int(proc.memory_info().rss))
-            if self.device.type == "mps":
-                self._mps_peak = max(self._mps_peak, int(torch.mps.current_allocated_memory()))
+            with harness.charged("peak-rss"):
+                if not self._hwm_reset:
+                    self._sampled_peak = max(self._sampled_peak, int(proc.memory_info().rss))
+                if self.device.type == "mps":
+                    self._mps_peak = max(self._mps_peak, int(torch.mps.current_allocated_memory()))
 
     def start(self) -> PeakMemory:
         _release_freed_memory()

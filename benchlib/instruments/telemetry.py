@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 import psutil
 
+from ..env import harness
 from ..errors import one_line
 from .cpu import CpuSource, cpu_temp_c, open_cpu_source
 from .nvml import NvmlDevices, is_permanent, nvml_reason, pynvml
@@ -41,6 +42,8 @@ MIN_WINDOW_FRACTION = 0.5
 SLOW_SOURCE_PERIOD_S = 1.0
 SLOW_CALL_S = 0.005
 SLOW_STRIDE = 10
+# The most of one core the sampler may take: a first sample dearer than this share of the interval widens it.
+MAX_CORE_SHARE = 0.005
 _CORE_COLUMN = re.compile(r"cpu(\d+)_util_pct")
 _GPU_UTIL_COLUMN = re.compile(r"gpu(\d+)_util_pct")
 
@@ -313,7 +316,9 @@ class TelemetrySampler:
         self._stop.clear()
         self._t0 = time.monotonic()
         self._last_t_s = 0.0
+        cpu_before = time.thread_time()
         self._sample()
+        self._bound_cost(time.thread_time() - cpu_before)
         self._thread = threading.Thread(target=self._loop, name="benchlib-telemetry", daemon=True)
         self._thread.start()
         return self
@@ -350,6 +355,18 @@ class TelemetrySampler:
         self.stop()
 
     # -- sampling
+    def _bound_cost(self, sample_cpu_s: float) -> None:
+        """Widen the interval where one sample's CPU time would take more than ``MAX_CORE_SHARE`` of a core
+        (a machine with many cores or GPUs makes each sample dearer), and say so: the sampler must not take
+        from the work it watches more than the noise it could see."""
+        widest = sample_cpu_s / MAX_CORE_SHARE
+        if widest > self.interval_s:
+            self._notes["interval"] = (f"one sample took {sample_cpu_s * 1e3:.1f} ms of CPU: the interval is "
+                                       f"{widest:.2f} s, not {self.interval_s:g} s, to keep sampling under "
+                                       f"{MAX_CORE_SHARE:.1%} of a core")
+            old, self.interval_s = self.interval_s, widest  # slow sources keep their period in seconds
+            self._strides = {k: max(1, round(v * old / widest)) if v > 0 else v for k, v in self._strides.items()}
+
     def _slow_stride(self, source: str, call: str, seconds: float) -> int:
         """Ticks between reads of a slowly changing source: about a second, ten times that if slow."""
         stride = max(1, math.ceil(SLOW_SOURCE_PERIOD_S / self.interval_s))
@@ -422,7 +439,7 @@ class TelemetrySampler:
 
     def _sample(self) -> None:
         """Take one sample; an unexpected error is recorded, never raised into the measured work."""
-        with self._lock:
+        with self._lock, harness.charged("telemetry"):
             t_s = time.monotonic() - self._t0
             window_s, self._last_t_s = t_s - self._last_t_s, t_s
             row: dict[str, Any] = {"t_s": t_s, "phase": self._phase}

@@ -21,7 +21,7 @@ from ..engine.step import optimizer_impl
 from ..engine.train import TrainResult
 from ..env.gpu import tf32_in_effect
 from ..env.manifest import process_uid
-from ..env.threads import choose_threads
+from ..env.threads import choose_threads, usable_cpus
 from ..instruments.accuracy import wilson_interval
 from ..instruments.drift import Drift
 from ..instruments.energy import EnergyResult, per_sample
@@ -150,6 +150,13 @@ def training_columns(trained: TrainResult, per_epoch: int, world: int) -> Row:
     }
 
 
+def harness_columns(harness_cpu_s: float | None, timed_wall_s: float, cpus: int) -> Row:
+    """What benchlib's own threads took from the timed steps, as a share of the CPUs the run may use."""
+    share = (100.0 * harness_cpu_s / (timed_wall_s * cpus)
+             if harness_cpu_s is not None and timed_wall_s > 0 and cpus > 0 else None)
+    return {"harness_cpu_pct": share}
+
+
 def drift_columns(d: Drift) -> Row:
     """Whether the machine's own speed moved under the timed steps (``instruments.drift``)."""
     return {"train_step_drift_pct": d.drift_pct, "train_step_autocorr": d.autocorr, "train_step_drift_p": d.p_value,
@@ -265,6 +272,7 @@ def _training_row(m: Measurement) -> Row:
         **training_columns(trained, m.setup.batches_per_epoch, m.setup.world_size), **drift_columns(t.drift),
         "train_accuracy": None if m.setup.synthetic else trained.train_accuracy,
         **telemetry_columns(m.telemetry.summary("train")),
+        **harness_columns(t.harness_cpu_s, trained.timed_wall_s, usable_cpus()),
         **energy_columns("train", t.energy, t.energy_samples, m.setup.device.type),
     }
     if t.compiled is not None:

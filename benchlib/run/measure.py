@@ -32,7 +32,7 @@ from ..engine.setup import build, check_runs, configuration, num_classes, wrap
 from ..engine.step import Trainer, in_memory_format
 from ..engine.train import EvalResult, TrainResult, evaluate, train
 from ..engine.weights import WeightsPlan, load_weights
-from ..env import distributed
+from ..env import distributed, harness
 from ..env.devices import cuda_uuids, device_name, resolve_hardware
 from ..env.manifest import machine_name
 from ..env.rank_watch import RankWatch
@@ -247,19 +247,25 @@ def _set_up(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInf
 
 
 def _train(b: _Built, cfg: RunConfig, meter: EnergyMeter, dist_info: distributed.DistInfo | None,
-           progress: ProgressFn | None, heartbeat: ProgressFn | None) -> tuple[TrainResult, EnergyReading,
-                                                                                EnergyReading | None]:
-    """The timed training loop; the energy readings at its first timed step and at its end."""
-    timed_start: list[EnergyReading] = []
+           progress: ProgressFn | None, heartbeat: ProgressFn | None
+           ) -> tuple[TrainResult, EnergyReading, EnergyReading | None, float | None]:
+    """The timed training loop; the energy readings (and the CPU benchlib's own threads had charged) at its
+    first timed step and at its end."""
+    timed_start: list[tuple[EnergyReading, float]] = []
     trained = train(Trainer.of(b.train_net, b.model, cfg.settings, b.setup.device),
                     maybe_failing_loader(b.loaders.train, cfg.run_id, dist_info.rank if dist_info else 0),
                     cfg.settings, b.setup.batches_per_epoch, progress=progress, heartbeat=heartbeat,
-                    at_timed_start=lambda: timed_start.append(meter.read()))
-    return trained, meter.read(), timed_start[0] if timed_start else None
+                    at_timed_start=lambda: timed_start.append((meter.read(), harness.cpu_s())))
+    end = meter.read()
+    if not timed_start:
+        return trained, end, None, None
+    reading, harness_before_s = timed_start[0]
+    return trained, end, reading, harness.cpu_s() - harness_before_s
 
 
 def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | None, end: EnergyReading,
-              telemetry: Telemetry, dist_info: distributed.DistInfo | None, compiled: CompileReport | None) -> Training:
+              telemetry: Telemetry, dist_info: distributed.DistInfo | None, compiled: CompileReport | None,
+              harness_cpu_s: float | None = None) -> Training:
     """The training record: energy from the first timed step (warmup and compilation left out, as the step
     times leave them out) to the end, per sample the meter's GPUs (or this node's CPU package) processed:
     this node's ranks, not every node's."""
@@ -267,7 +273,7 @@ def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | N
     energy = meter.between(start or end, end, telemetry=telemetry)
     samples = trained.timed_samples * local_ranks if start is not None else 0  # every step warmup: none timed
     return Training(result=trained, drift=drift.measure(trained.step_s), energy=energy, energy_samples=samples,
-                    compiled=compiled)
+                    compiled=compiled, harness_cpu_s=harness_cpu_s)
 
 
 def _evaluate(b: _Built, cfg: RunConfig, say: ProgressFn) -> tuple[nn.Module, EvalResult, int, Quantized | None]:
@@ -297,12 +303,12 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)  # training: every local rank's GPU, each busy with its share
     infer_meter = meter  # inference runs on rank 0 alone: its GPU only (below), not the idle ones beside it
-    trained, train_end, timed_start, compiled = None, None, None, None
+    trained, train_end, timed_start, compiled, harness_cpu_s = None, None, None, None, None
     try:
         sampler.start()
         sampler.set_phase("train")
         if not b.setup.weights_trained_by:
-            trained, train_end, timed_start = _train(b, cfg, meter, dist_info, progress, heartbeat)
+            trained, train_end, timed_start, harness_cpu_s = _train(b, cfg, meter, dist_info, progress, heartbeat)
         in_sync = distributed.weights_in_sync(b.model, dist_info)
         if dist_info is not None and not dist_info.is_main:
             b.memory.stop()
@@ -328,7 +334,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     distributed.barrier(dist_info)
     training = None
     if trained is not None and train_end is not None:
-        training = _training(trained, meter, timed_start, train_end, telemetry, dist_info, compiled)
+        training = _training(trained, meter, timed_start, train_end, telemetry, dist_info, compiled, harness_cpu_s)
     inference = Inference(latency=lat1, batch_latency=latn, throughput_repeat_s=thr,
                           samples=cfg.batch_size * BATCHES_PER_THROUGHPUT_REPEAT * thr.n,
                           energy=infer_meter.between(e_infer0, e_infer1, telemetry=telemetry))

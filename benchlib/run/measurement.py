@@ -59,6 +59,7 @@ class Training:
     energy: EnergyResult
     energy_samples: int  # the samples the energy window's devices processed (this node's ranks)
     compiled: CompileReport | None
+    harness_cpu_s: float | None = None  # CPU benchlib's own threads charged during the timed steps (env.harness)
 
 
 @dataclass(frozen=True)

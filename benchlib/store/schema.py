@@ -271,6 +271,9 @@ INTERFERENCE = _group(
                                   "may use (this process and its DataLoader workers left out)"),
     ("steal_pct", "%", "CPU time the hypervisor gave other virtual machines during the timed phases, % of all "
                        "cores (/proc/stat steal)"),
+    ("harness_cpu_pct", "%", "CPU benchlib's own threads (telemetry, memory sampler, rank watch) used during the "
+                             "timed training steps, % of the CPUs the run may use: what the harness took from "
+                             "the work it measured"),
     ("loadavg_1m_before", "tasks", "one-minute load average just before the configuration started"),
     ("cpu_freq_mhz_mean", "MHz", "CPU clock during the timed phases, mean (where the OS exposes it)"),
     ("gpu_other_processes_max", "processes", "processes other than this one holding the run's GPU, maximum"),

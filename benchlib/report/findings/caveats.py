@@ -86,6 +86,20 @@ def drift_warning(rows: pd.DataFrame) -> str | None:
             "compare repeats (seeds), not single runs (column machine_drifted)")
 
 
+HARNESS_LIMIT_PCT = 1.0  # what benchlib's own threads may take of the CPUs before a page says so
+
+
+def harness_warning(rows: pd.DataFrame) -> str | None:
+    """Rows whose timed steps lost over ``HARNESS_LIMIT_PCT`` of the CPUs to benchlib's own threads."""
+    share = pd.to_numeric(rows["harness_cpu_pct"], errors="coerce") if "harness_cpu_pct" in rows else None
+    if share is None or not (share > HARNESS_LIMIT_PCT).any():
+        return None
+    over = rows[share > HARNESS_LIMIT_PCT]
+    return (f"benchlib's own threads (telemetry, samplers) took up to {float(share.max()):.1f}% of the CPUs during "
+            f"the timed steps of {len(over)} of {len(rows)} rows (over {HARNESS_LIMIT_PCT:g}%): {_named(over)}; "
+            "their step times include that cost (column harness_cpu_pct; telemetry_interval_s widens it less)")
+
+
 def warnings(df: pd.DataFrame) -> list[str]:
     """Rows whose figures should not be trusted: interfered, drifting machine, noisy, above their roof."""
     good = measured_rows(df)
@@ -98,6 +112,9 @@ def warnings(df: pd.DataFrame) -> list[str]:
     drifted = drift_warning(good)
     if drifted:
         out.append(drifted[0].upper() + drifted[1:] + ".")
+    harness = harness_warning(good)
+    if harness:
+        out.append(harness[0].upper() + harness[1:] + ".")
     noisy_mask = np.zeros(len(good), dtype=bool)
     for column in NOISE_FLAGS:
         if column in good:
