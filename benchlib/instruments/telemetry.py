@@ -30,7 +30,7 @@ import psutil
 from ..env import harness
 from ..errors import one_line
 from .cpu import CpuSource, cpu_temp_c, open_cpu_source
-from .nvml import NvmlDevices, is_permanent, nvml_reason, pynvml
+from .gpu_source import GpuSource
 
 DEFAULT_INTERVAL_S = 0.1
 # Utilization is a rate over the window since the previous sample; /proc counts in 10 ms ticks, so the
@@ -158,110 +158,6 @@ class Telemetry:
         return str(self.frame.to_csv(index=False))
 
 
-
-
-# ---------------------------------------------------------------- GPU source
-
-def _nvml_queries() -> dict[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    """Column suffixes -> one NVML query of a handle giving them, in the units the suffixes name.
-
-    Utilization is one call for both rates; each other metric is its own call, so that one unsupported
-    metric costs only its own columns.
-    """
-    nv = pynvml
-
-    def utilization(h: Any) -> tuple[Any, ...]:
-        rates = nv.nvmlDeviceGetUtilizationRates(h)
-        return rates.gpu, rates.memory
-
-    return {
-        ("util_pct", "mem_util_pct"): utilization,
-        ("mem_used_bytes",): lambda h: (int(nv.nvmlDeviceGetMemoryInfo(h).used),),
-        ("power_w",): lambda h: (power_w(h),),
-        ("temp_c",): lambda h: (nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),),
-        ("sm_clock_mhz",): lambda h: (nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),),
-        ("energy_j",): lambda h: (nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0,),  # mJ since driver load
-    }
-
-
-def power_w(handle: Any) -> float:
-    """The board's power draw now, in watts.
-
-    ``nvmlDeviceGetPowerUsage`` is a one-second average on Ampere and newer, which smears a short phase into
-    its neighbours; the instant field (``NVML_FI_DEV_POWER_INSTANT``, drivers 530+) is read where the driver
-    has it, the average elsewhere.
-    """
-    nv = pynvml
-    field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
-    if field is not None:
-        try:
-            (value,) = nv.nvmlDeviceGetFieldValues(handle, [field])
-            if value.nvmlReturn == nv.NVML_SUCCESS:
-                return float(value.value.uiVal) / 1000.0  # mW
-        except nv.NVMLError:
-            pass
-    return float(nv.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # mW, averaged over about a second
-
-
-def gpu_processes(handle: Any) -> int:
-    """Processes holding a compute or graphics context on one GPU (PIDs are not compared: in a container
-    NVML reports the host's, so "others" is this count less the run's own one context)."""
-    nv = pynvml
-    pids = {p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)}
-    try:
-        pids |= {p.pid for p in nv.nvmlDeviceGetGraphicsRunningProcesses(handle)}
-    except nv.NVMLError:
-        pass
-    return len(pids)
-
-
-class _GpuSource:
-    """Samples the chosen GPUs' NVML metrics; each metric read alone so one unsupported metric costs only itself."""
-
-    def __init__(self, gpu_indices: Sequence[int] | None, uuids: Sequence[str] | None):
-        self._devices = NvmlDevices(gpu_indices, uuids=uuids)
-        self.handles = self._devices.handles
-        self.missing = self._devices.missing
-        self._disabled: set[str] = set()
-        self._queries = _nvml_queries() if self.handles else {}
-
-    def processes(self) -> dict[str, Any]:
-        """``gpu{i}_processes`` per GPU (slow: read at the slow-source ticks)."""
-        out: dict[str, Any] = {}
-        for i, handle in self.handles.items():
-            col = f"gpu{i}_processes"
-            out[col] = None
-            if col in self._disabled:
-                continue
-            try:
-                out[col] = gpu_processes(handle)
-            except pynvml.NVMLError as exc:
-                self.missing.setdefault(col, nvml_reason(exc))
-                if is_permanent(exc):
-                    self._disabled.add(col)
-        return out
-
-    def sample(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for i, handle in self.handles.items():
-            for suffixes, query in self._queries.items():
-                cols = [f"gpu{i}_{s}" for s in suffixes]
-                out.update(dict.fromkeys(cols))
-                if cols[0] in self._disabled:
-                    continue
-                try:
-                    out.update(zip(cols, query(handle)))
-                except pynvml.NVMLError as exc:
-                    for col in cols:
-                        self.missing.setdefault(col, nvml_reason(exc))
-                    if is_permanent(exc):
-                        self._disabled.add(cols[0])
-        return out
-
-    def close(self) -> None:
-        self._devices.close()
-
-
 def _time_call_s(fn: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     value = fn()
@@ -294,7 +190,7 @@ class TelemetrySampler:
         self._rows: list[dict[str, Any]] = []
         self._missing: dict[str, str] = {}
         self._notes: dict[str, str] = {}
-        self._gpu: _GpuSource | None = None
+        self._gpu: GpuSource | None = None
         self._t0 = 0.0
         self._last_t_s = 0.0
         self._tick = 0
@@ -309,7 +205,7 @@ class TelemetrySampler:
         self._cpu_source: CpuSource = open_cpu_source()
         self._strides = self._probe_slow_sources()
         if self.gpus:
-            self._gpu = _GpuSource(self.gpu_indices, self.gpu_uuids)
+            self._gpu = GpuSource(self.gpu_indices, self.gpu_uuids)
             self._missing.update(self._gpu.missing)
         else:
             self._missing["gpu"] = "GPU sampling turned off (gpus=False)"
@@ -356,9 +252,8 @@ class TelemetrySampler:
 
     # -- sampling
     def _bound_cost(self, sample_cpu_s: float) -> None:
-        """Widen the interval where one sample's CPU time would take more than ``MAX_CORE_SHARE`` of a core
-        (a machine with many cores or GPUs makes each sample dearer), and say so: the sampler must not take
-        from the work it watches more than the noise it could see."""
+        """Widen the interval where one sample's CPU would be over ``MAX_CORE_SHARE`` of a core (many cores or
+        GPUs make a sample dearer), and say so: the sampler must not take from the work it watches."""
         widest = sample_cpu_s / MAX_CORE_SHARE
         if widest > self.interval_s:
             self._notes["interval"] = (f"one sample took {sample_cpu_s * 1e3:.1f} ms of CPU: the interval is "
