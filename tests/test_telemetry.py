@@ -48,11 +48,13 @@ no_nvml = fakes.no_nvml  # the one fake of a machine without NVML, as this modul
 @pytest.mark.parametrize("interval_s", [0.1, 0.05])
 def test_sample_count_matches_interval(interval_s, no_nvml):
     tel = sample(1.0, interval_s)
-    expected = 1.0 / interval_s + 2  # one at start, one per tick, one at stop
-    assert abs(len(tel.frame) - expected) <= 0.2 * expected
+    # one at start, one per tick, one at stop; a sampler whose samples cost over 0.5% of a core widens its
+    # interval after its first five ticks, and says so
+    assert tel.interval_s == interval_s or "to keep sampling under 0.5% of a core" in tel.notes["interval"]
+    fewest, most = 1.0 / tel.interval_s + 2, 1.0 / interval_s + 2
+    assert 0.8 * fewest <= len(tel.frame) <= 1.2 * most
     gaps = tel.frame["t_s"].diff().dropna()
     assert (gaps > 0).all()
-    assert tel.interval_s == interval_s
 
 
 def test_columns_and_units(no_nvml):
@@ -325,8 +327,9 @@ def _burn_cpu_s(seconds: float) -> None:
 
 
 def test_a_costly_sampler_widens_its_interval_and_says_so(monkeypatch):
-    """A sample that takes 2 ms of CPU at a 0.1 s interval is 2% of a core: the interval is widened so sampling
-    stays under 0.5% of a core (0.4 s here), said in the notes, and the CPU it took is charged to benchlib."""
+    """Samples that take 2 ms of CPU at a 0.1 s interval are 2% of a core: after five ticks the interval is
+    widened so sampling stays under 0.5% of a core (0.4 s here), said in the notes, and the CPU it took is
+    charged to benchlib."""
     from benchlib.env import harness
 
     real = TelemetrySampler._cpu
@@ -338,10 +341,10 @@ def test_a_costly_sampler_widens_its_interval_and_says_so(monkeypatch):
     monkeypatch.setattr(TelemetrySampler, "_cpu", costly)
     charged_before = harness.by_thread_s().get("telemetry", 0.0)
     sampler = TelemetrySampler(0.1, gpus=False).start()
-    time.sleep(0.5)
+    time.sleep(1.3)  # five ticks at 0.1 s measure the cost, then the widened pace
     tel = sampler.stop()
     assert tel.interval_s >= 0.4 and "to keep sampling under 0.5% of a core" in tel.notes["interval"]
-    assert len(tel.frame) <= 4, "samples at the widened pace"
+    assert len(tel.frame) <= 1 + 5 + 3 + 1, "samples at the widened pace after the five that measured it"
     assert harness.by_thread_s()["telemetry"] - charged_before >= 0.002 * len(tel.frame)
 
 

@@ -44,6 +44,7 @@ SLOW_CALL_S = 0.005
 SLOW_STRIDE = 10
 # The most of one core the sampler may take: a first sample dearer than this share of the interval widens it.
 MAX_CORE_SHARE = 0.005
+COST_PROBE_TICKS = 5  # the samples whose mean CPU is that cost (the first one, at start, pays one-time costs)
 _CORE_COLUMN = re.compile(r"cpu(\d+)_util_pct")
 _GPU_UTIL_COLUMN = re.compile(r"gpu(\d+)_util_pct")
 
@@ -212,9 +213,7 @@ class TelemetrySampler:
         self._stop.clear()
         self._t0 = time.monotonic()
         self._last_t_s = 0.0
-        cpu_before = time.thread_time()
         self._sample()
-        self._bound_cost(time.thread_time() - cpu_before)
         self._thread = threading.Thread(target=self._loop, name="benchlib-telemetry", daemon=True)
         self._thread.start()
         return self
@@ -251,16 +250,19 @@ class TelemetrySampler:
         self.stop()
 
     # -- sampling
-    def _bound_cost(self, sample_cpu_s: float) -> None:
-        """Widen the interval where one sample's CPU would be over ``MAX_CORE_SHARE`` of a core (many cores or
-        GPUs make a sample dearer), and say so: the sampler must not take from the work it watches."""
+    def _bound_cost(self, sample_cpu_s: float) -> bool:
+        """Widen the interval where a sample's CPU (the mean of the first ``COST_PROBE_TICKS``) is over
+        ``MAX_CORE_SHARE`` of a core (many cores or GPUs make a sample dearer), and say so: the sampler must
+        not take from the work it watches. True when it widened."""
         widest = sample_cpu_s / MAX_CORE_SHARE
-        if widest > self.interval_s:
-            self._notes["interval"] = (f"one sample took {sample_cpu_s * 1e3:.1f} ms of CPU: the interval is "
-                                       f"{widest:.2f} s, not {self.interval_s:g} s, to keep sampling under "
-                                       f"{MAX_CORE_SHARE:.1%} of a core")
-            old, self.interval_s = self.interval_s, widest  # slow sources keep their period in seconds
-            self._strides = {k: max(1, round(v * old / widest)) if v > 0 else v for k, v in self._strides.items()}
+        if widest <= self.interval_s:
+            return False
+        self._notes["interval"] = (f"a sample took {sample_cpu_s * 1e3:.1f} ms of CPU: the interval is "
+                                   f"{widest:.2f} s, not {self.interval_s:g} s, to keep sampling under "
+                                   f"{MAX_CORE_SHARE:.1%} of a core")
+        old, self.interval_s = self.interval_s, widest  # slow sources keep their period in seconds
+        self._strides = {k: max(1, round(v * old / widest)) if v > 0 else v for k, v in self._strides.items()}
+        return True
 
     def _slow_stride(self, source: str, call: str, seconds: float) -> int:
         """Ticks between reads of a slowly changing source: about a second, ten times that if slow."""
@@ -351,17 +353,25 @@ class TelemetrySampler:
             self._tick += 1
 
     def _loop(self) -> None:
-        """Tick k is due at t0 + k * interval; a late tick skips the ticks already missed (no burst)."""
-        k = 1
+        """Tick k is due at base + k * interval; a late tick skips the ticks already missed (no burst). The CPU
+        of the first ``COST_PROBE_TICKS`` samples bounds the interval (``_bound_cost``); a widened one starts
+        its ticks afresh."""
+        k, base = 1, self._t0
+        probe: list[float] = []
         while True:
-            delay = self._t0 + k * self.interval_s - time.monotonic()
+            delay = base + k * self.interval_s - time.monotonic()
             if delay < 0:
                 k += math.ceil(-delay / self.interval_s)
-                delay = self._t0 + k * self.interval_s - time.monotonic()
+                delay = base + k * self.interval_s - time.monotonic()
             if self._stop.wait(max(0.0, delay)):
                 return
+            cpu_before = time.thread_time()
             self._sample()
             k += 1
+            if len(probe) < COST_PROBE_TICKS:
+                probe.append(time.thread_time() - cpu_before)
+                if len(probe) == COST_PROBE_TICKS and self._bound_cost(sum(probe) / len(probe)):
+                    k, base = 1, time.monotonic()
 
     def _frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(self._rows)
