@@ -258,12 +258,11 @@ class _Forwards:
         for _ in range(3):
             self.one()
         plain: list[float] = []
-        rows: list[pd.DataFrame] = []
+        cycles: list[list[Any]] = []
         done = 0
         while done < steps:
             n = min(block, steps - done)
             plain += [self.one() for _ in range(n)]
-            cycles: list[list[Any]] = []
             activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
             with layer_ranges(leaf_modules(model)), profile(
                     activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
@@ -271,10 +270,9 @@ class _Forwards:
                 for _ in range(n + 1):
                     self.one()
                     prof.step()
-            rows += [_step_rows(events, span, on_gpu, optimizer=False) for events in cycles
-                     for span in step_spans(events)]
             done += n
         self.net.train()
+        rows = [_step_rows(events, span, on_gpu, optimizer=False) for events in cycles for span in step_spans(events)]
         return {"plain": plain, "per_step": rows}
 
 
