@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from benchlib.report.evidence.explain import TRAINING, LayerRun, causes, explain, run_of
 from benchlib.report.findings.claims import unsupported
 from benchlib.report.findings.explain import cause_sentences, explanation_lines, whole_sentence
 from benchlib.report.readback.layers import migrate_layers
+from benchlib.report.tables.explain import TRAINING, LayerRun, causes, explain, run_of
 
 MS = 1e-3
 A_PARTS = {("layer1.conv", "backward"): 4.0, ("layer1.conv", "forward"): 2.0, ("layer1.bn", "forward"): 1.0,

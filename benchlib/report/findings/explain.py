@@ -1,7 +1,7 @@
 """Why B is faster, in words: the explained difference's top causes and its check against the whole.
 
 'layer4.0.conv2 backward: -4.1 ms [-4.5 ms, -3.8 ms] of -6.0 ms (68%); compute-bound on both sides, 71% of
-the roof in B against 43% in A'. The numbers come from ``evidence.explain``; every sentence is held to
+the roof in B against 43% in A'. The numbers come from ``tables.explain``; every sentence is held to
 ``claims.unsupported``, the rule every comparison in a report is held to (a sentence that breaks it is
 withheld), and none says faster or slower: the verdict said that, with its interval.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..evidence.explain import COVERAGE_RANGE, INFERENCE, Explanation, causes
+from ..tables.explain import COVERAGE_RANGE, INFERENCE, Explanation, causes
+from ..tables.explain_rows import Explained
 from ..words import fmt
 from .claims import unsupported
 
@@ -79,3 +80,19 @@ def whole_sentence(e: Explanation) -> str:
 def explanation_lines(e: Explanation, top: int = 3) -> list[str]:
     """The whole, then its causes, then the notes: what a terminal, a page or a pull request shows."""
     return [whole_sentence(e), *(f"cause: {c}" for c in cause_sentences(e, top)), *(f"note: {n}" for n in e.notes)]
+
+
+def records(x: Explained, top: int = 3) -> list[dict[str, Any]]:
+    """One record per explained metric of a configuration, its causes in words: ``diff --explain --json``."""
+    return [{"configuration": x.configuration, **e.as_dict(), "summary": whole_sentence(e),
+             "causes": cause_sentences(e, top)} for e in (x.training, x.inference) if e is not None]
+
+
+def markdown(found: list[Explained], top: int = 3) -> str:
+    """Every configuration's explanations as Markdown: a heading each, the whole and its causes as a list."""
+    out = []
+    for x in found:
+        lines = [line for e in (x.training, x.inference) if e is not None for line in explanation_lines(e, top)]
+        if lines:
+            out += [f"#### {x.configuration}", "", *(f"- {line}" for line in lines), ""]
+    return "\n".join(out)

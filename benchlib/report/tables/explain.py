@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .stats import CLAIMS, CONFIDENCE, RESAMPLES, SEED, hierarchical_medians
+from ..evidence.stats import CLAIMS, CONFIDENCE, RESAMPLES, SEED, hierarchical_medians
 
 Key = tuple[str, str]  # (layer, phase)
 TRAINING, INFERENCE = "train_step_s", "forward_bs1_s"  # what is split: a training step, a batch-1 forward
@@ -143,8 +143,8 @@ def _roof(runs: Sequence[LayerRun], key: Key) -> tuple[str | None, float]:
 def _unexplained(verdict: str | None, delta: float, a_s: float, low: float, high: float,
                  floor_pct: float) -> str:
     """Why the whole difference is not one to explain (empty where it is)."""
-    if verdict is not None and verdict not in CLAIMS:
-        return (f"the step's verdict is {verdict}: a difference not told apart from noise is not split into "
+    if verdict is not None and verdict not in CLAIMS and verdict != "unknown":
+        return (f"the rows' verdict is {verdict}: a difference not told apart from noise is not split into "
                 "causes")
     if math.isfinite(floor_pct) and a_s > 0 and abs(delta) / a_s * 100 <= floor_pct:
         return (f"the per-layer steps differ by {abs(delta) / a_s:.1%}, within this machine's noise floor "
@@ -162,7 +162,8 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
     """B against A split into parts (``PART_COLUMNS``), sorted by their share of the difference, largest first.
 
     ``verdict``: the whole comparison's verdict (``diff`` or the summary's, B against A: ``faster`` means B
-    takes less time); ``floor_pct``: this machine's noise floor for single runs, in % (NaN: not measured).
+    takes less time; ``unknown``, no figure to judge, leaves the per-layer runs' own interval); ``floor_pct``:
+    this machine's noise floor for single runs, in % (NaN: not measured).
     """
     if not runs_a or not runs_b:
         raise ValueError("explain: a side without a per-layer run; allowed: one or more runs a side")
