@@ -134,3 +134,50 @@ def test_a_file_before_format_2_gives_points_and_says_there_is_no_interval():
     assert _parts(e).loc[("c", "forward"), "delta_s"] == pytest.approx(-0.002)
     assert any("no interval" in n for n in e.notes) and "[no interval]" in cause_sentences(e)[0]
     assert run_of(old, inference=True) is None  # a format-1 file has no batch-1 forward
+
+
+def _layer_file(parts: dict, roofs: dict, seed: int, steps: int = 20) -> dict:
+    """A format-2 per-layer file as `benchlib layers` writes one, its figures drawn here."""
+    (run,) = _runs(parts, roofs, runs=1, steps=steps, seed=seed)
+    rows = [{"layer": k[0], "phase": k[1], "time_s": float(np.median(v)), "bound": roofs.get(k, (None,))[0],
+             "roof_fraction": roofs.get(k, (None, None))[1]} for k, v in run.parts.items()]
+    series = [{"layer": k[0], "phase": k[1], "time_s": list(v)} for k, v in run.parts.items()]
+    return {"format_version": 2, "layers": rows, "step_s": float(np.median(run.whole_s)), "per_step": series,
+            "plain_steps_s": list(run.whole_s), "plain_data_wait_s": [0.0] * run.whole_s.size, "inference": None}
+
+
+def test_the_summary_explains_each_variant_under_its_comparison_with_a_figure(tmp_path, monkeypatch):
+    """Three runs a side of a variant against its baseline, rows and per-layer files as a study leaves them."""
+    import json
+
+    import pandas as pd
+
+    from benchlib.report.display import explain as shown
+    from benchlib.store.layout import ResultsLayout
+
+    rows = []
+    for i in range(3):
+        for variant, parts, roofs in (("default", A_PARTS, ROOFS_A), ("channels_last", B_PARTS, ROOFS_B)):
+            run_id = f"cpu__m__bs8__{variant}__fp32__abc__seed{i}"
+            path = ResultsLayout.of(tmp_path).layers_path("box", run_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(_layer_file(parts, roofs, seed=10 * i + len(variant))))
+            rows.append({"machine": "box", "hardware": "cpu", "model": "m", "batch_size": 8, "variant": variant,
+                         "status": "ok", "run_id": run_id, "results_dir": str(tmp_path), "process_uid": f"p{run_id}",
+                         "train_step_s_median": sum(parts.values()) * MS * (1 + 0.01 * i)})
+    rows.append({**rows[-1], "run_id": "cpu__m__bs8__channels_last__fp32__abc__seed9", "process_uid": "p9"})
+    table = pd.DataFrame([{"machine": "box", "hardware": "cpu", "model": "m", "batch_size": 8,
+                           "variant": "channels_last", "baseline": "default"}])
+    seen: list = []
+    monkeypatch.setattr(shown, "display", seen.append)
+    shown.variant_explanations(pd.DataFrame(rows), table, str(tmp_path / "figures"))
+    text = "\n".join(getattr(x, "data", "") for x in seen)
+    assert "channels_last against default (cpu, m, bs8)" in text
+    assert "- training step: B less A -3." in text and "- cause: layer1.conv backward: -2" in text
+    assert "has no per-layer table" in text and "seed9" in text  # the fourth run, named with its command
+    assert len(list((tmp_path / "figures").glob("explain_train_step_s_*.png"))) == 1
+    figure = next(x for x in seen if hasattr(x, "axes"))
+    bars = figure.axes[0].patches
+    assert len(bars) == 2 * 7  # A and B for each of the seven parts
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert labels[0] == "layer1.conv backward" and "layer1.bn forward (only in A)" in labels  # largest on top

@@ -10,19 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..tables.explain import COVERAGE_RANGE, INFERENCE, Explanation, causes
+from ..tables.explain import COVERAGE_RANGE, WHAT, Explanation, causes, part_name
 from ..tables.explain_rows import Explained
 from ..words import fmt
 from .claims import unsupported
-
-_SPECIAL = {"(optimizer)": "the optimizer's step", "(unattributed)": "what no layer holds",
-            "(data wait)": "waiting for the batch"}
-WHAT = {INFERENCE: "batch-1 forward"}
-
-
-def part_name(layer: str, phase: str) -> str:
-    """'layer4.0.conv2 backward', or the special rows in words."""
-    return _SPECIAL.get(layer, f"{layer} {phase}")
 
 
 def _roof_words(part: dict[str, Any]) -> str:
@@ -62,7 +53,7 @@ def cause_sentences(e: Explanation, top: int = 3) -> list[str]:
 
 def whole_sentence(e: Explanation) -> str:
     """The whole difference, its coverage and its verdict on it; or why nothing is explained."""
-    what = WHAT.get(e.metric, "training step")
+    what = WHAT.get(e.metric, e.metric)
     interval = (f" [{fmt.seconds_text(e.ci_low)}, {fmt.seconds_text(e.ci_high)}]" if math.isfinite(e.ci_low)
                 else " [no interval]")
     head = (f"{what}: B less A {fmt.seconds_text(e.delta_s)}{interval} (A {fmt.seconds_text(e.a_s)}, B "

@@ -29,6 +29,9 @@ from ..evidence.stats import CLAIMS, CONFIDENCE, RESAMPLES, SEED, hierarchical_m
 Key = tuple[str, str]  # (layer, phase)
 TRAINING, INFERENCE = "train_step_s", "forward_bs1_s"  # what is split: a training step, a batch-1 forward
 COVERAGE_RANGE = (0.9, 1.1)  # the parts' sum over the measured difference where the split adds up
+WHAT = {TRAINING: "training step", INFERENCE: "batch-1 forward"}  # what each metric splits, in words
+_SPECIAL = {"(optimizer)": "the optimizer's step", "(unattributed)": "what no layer holds",
+            "(data wait)": "waiting for the batch"}
 PART_COLUMNS = ("layer", "phase", "a_s", "b_s", "delta_s", "ci_low", "ci_high", "share", "only_in", "bound_a",
                 "bound_b", "roof_fraction_a", "roof_fraction_b")
 
@@ -196,6 +199,11 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
                      "ones here (profiler overhead that differs between the sides, or a noisy host)")
     return Explanation(metric, a_s, b_s, delta, low, high, coverage, parts, len(runs_a), len(runs_b), "",
                        tuple(notes))
+
+
+def part_name(layer: str, phase: str) -> str:
+    """'layer4.0.conv2 backward', or a row no layer owns in words ('the optimizer's step')."""
+    return _SPECIAL.get(layer, f"{layer} {phase}")
 
 
 def causes(e: Explanation, top: int = 3) -> pd.DataFrame:

@@ -91,3 +91,15 @@ def explain_folders(a: Path, b: Path, ignore: list[str] | tuple[str, ...] = (),
     reader = SampleFiles()
     return [explain_sides(label, side_a, side_b, reader=reader, threshold=threshold)
             for label, side_a, side_b in paired(a, b, ignore) if not side_a.empty and not side_b.empty]
+
+
+def variant_sides(rows: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """Each variant comparison of ``comparisons.variant_speedups``'s ``table`` with its rows: a label, the
+    baseline's rows (A) and the variant's (B), at one machine, hardware, model and batch size."""
+    out = []
+    for r in table[table["variant"] != table["baseline"]].to_dict("records"):
+        here = rows[(rows["status"] == "ok") & (rows["machine"] == r["machine"]) & (rows["hardware"] == r["hardware"])
+                    & (rows["model"] == r["model"]) & (rows["batch_size"] == r["batch_size"])]
+        label = f"{r['variant']} against {r['baseline']} ({r['hardware']}, {r['model']}, bs{int(r['batch_size'])})"
+        out.append((label, here[here["variant"] == r["baseline"]], here[here["variant"] == r["variant"]]))
+    return out
