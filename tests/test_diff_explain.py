@@ -104,3 +104,34 @@ def test_rows_without_a_layer_table_are_named_with_the_command_that_measures_the
     lines = [ln for ln in out.splitlines() if "has no per-layer table" in ln]
     assert len(lines) == 1 and lines[0].startswith("B: ") and f"`benchlib layers --results-dir {c} " in lines[0]
     assert "--set train_steps=4" in lines[0] and "(in a study: `layers: true`)" in lines[0]
+
+
+def test_compare_explain_returns_the_parts_as_a_dataframe(tmp_path):
+    """`benchlib.compare(..., explain=True)`: each side measured, then layer by layer, the parts come back."""
+    from torch import nn
+
+    import benchlib
+    from benchlib.report.tables.explain import PART_COLUMNS
+
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(8, 5))
+    results = tmp_path / "results"
+    parts = benchlib.compare(net, variants=["cpu-default", {"name": "cpu-channels-last", "memory_format":
+                                                           "channels_last"}],
+                             hardware="cpu", batch_sizes=[8], image_size=32, steps=4, results_dir=str(results),
+                             settings={"latency_repeats": 6, "latency_budget_s": 0}, metrics=["train_step_s"],
+                             explain=True, layer_steps=4, progress=None)
+    assert len(list((results / "layers").glob("*.json"))) == 2  # one per side
+    assert {"side", "baseline", "metric", "whole_delta_s", "coverage", "explained", "why"} <= set(parts.columns)
+    assert set(parts["side"]) == {"cpu-channels-last"} and set(parts["baseline"]) == {"cpu-default"}
+    assert set(parts["metric"]) == {"train_step_s", "forward_bs1_s"}
+    comparison = parts.attrs["comparison"]
+    assert list(comparison["metric"]) == ["train_step_s"] and comparison["verdict"].iloc[0]
+    (label,) = parts.attrs["causes"]
+    assert label == "cpu-channels-last against cpu-default (cpu, bs8)"
+    for _, grp in parts.groupby("metric"):
+        if bool(grp["explained"].iloc[0]):
+            assert set(PART_COLUMNS) <= set(grp.columns) and grp["layer"].notna().all()
+            assert grp["coverage"].iloc[0] == pytest.approx(grp["delta_s"].sum() / grp["whole_delta_s"].iloc[0])
+        else:
+            assert len(grp) == 1 and grp["why"].iloc[0], grp  # the whole, and why nothing is split
