@@ -181,3 +181,18 @@ def test_the_summary_explains_each_variant_under_its_comparison_with_a_figure(tm
     assert len(bars) == 2 * 7  # A and B for each of the seven parts
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
     assert labels[0] == "layer1.conv backward" and "layer1.bn forward (only in A)" in labels  # largest on top
+
+
+def test_a_study_measures_every_configuration_that_trains_layer_by_layer_at_its_first_batch_size():
+    """Each variant and each repeat is a run of its own, so a variant comparison has runs to resample."""
+    from benchlib.pipeline.study import layer_configs
+    from benchlib.spec.study import parse_study
+
+    cfg = parse_study({"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8, 16],
+                       "repeats": 2, "layers": True,
+                       "variants": ["cpu-default", "cpu-quantized", "cpu-compiled",
+                                    {"name": "cpu-channels-last", "memory_format": "channels_last"}]}, "s.yaml")
+    picked = layer_configs(cfg, "cpu", "resnet18")
+    assert {(c.settings.variant, c.settings.seed) for c in picked} == {
+        (v, s) for v in ("cpu-default", "cpu-channels-last") for s in (0, 1)}
+    assert {c.batch_size for c in picked} == {8} and len({c.run_id for c in picked}) == 4
