@@ -38,10 +38,10 @@ def _floor(folder) -> None:
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    """A: squeezenet1_1 at 32 px; B: at 64 px (four times the pixels, several times slower); each one run with
+    """A: squeezenet1_1 at 32 px; B: at 96 px (nine times the pixels, several times slower); each one run with
     its per-layer table from `benchlib layers`. C: a row of A's settings with no per-layer table."""
     root = tmp_path_factory.mktemp("explain")
-    for name, px in (("a", 32), ("b", 64), ("c", 32)):
+    for name, px in (("a", 32), ("b", 96), ("c", 32)):
         s = settings_from_mapping({**SETTINGS, "image_size": px}, "test")  # typed as a command line types them
         row = record(RunConfig("d", "cpu", "squeezenet1_1", 8, s), root / name, progress=None)
         assert row is not None and row["status"] == "ok", row
@@ -49,7 +49,7 @@ def sides(tmp_path_factory):
     for name in ("a", "b"):
         (row,) = read_results([root / name]).to_dict("records")
         words = shlex.split(layers_command(row))
-        assert main(["-q", *words[1:], "--steps", "4", "--block", "2"]) == 0
+        assert main(["-q", *words[1:], "--steps", "6", "--block", "3"]) == 0
         assert len(list((root / name / "layers").glob("*.json"))) == 1, "the command's run id is the row's"
     shutil.rmtree(root / "c" / "ceilings", ignore_errors=True)
     return root
@@ -65,8 +65,10 @@ def test_diff_explain_json_splits_the_step_and_its_causes_agree_with_the_verdict
     assert set(found) == {"train_step_s", "forward_bs1_s"}
     step = found["train_step_s"]
     assert {"metric", "delta_s", "coverage", "parts", "causes"} <= set(step)
-    if row["verdict"] not in ("faster", "slower"):  # the host drowned the 4x: nothing may be explained then
-        assert not step["explained"] and step["parts"] == [] and step["causes"] == [], step
+    if not step["explained"]:  # a verdict that claims nothing, or per-layer steps the host drowned: no causes
+        assert step["why"] and step["parts"] == [] and step["causes"] == [], step
+        assert row["verdict"] not in ("faster", "slower") or any(
+            w in step["why"] for w in ("noise floor", "holds 0", "other way")), step["why"]
         return
     assert step["explained"] and step["parts"], step["why"]
     assert set(PART_COLUMNS) <= set(step["parts"][0])

@@ -101,6 +101,7 @@ def test_the_causes_sign_agrees_with_the_verdict(verdict, a_parts, b_parts):
     against = explain(_runs(a_parts, ROOFS_A, seed=3), _runs(b_parts, ROOFS_B, seed=4),
                       verdict="slower" if verdict == "faster" else "faster")
     assert not against.explained and "the other way" in against.why
+    assert "not explained" in whole_sentence(against)  # said, not withheld: the why claims nothing itself
 
 
 def test_a_cause_says_its_share_and_the_roof_on_each_side():

@@ -81,8 +81,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
             from ..report.findings.explain import markdown
 
             print(f"\n### Why B differs from A, layer by layer\n\n{EXPLAIN_NOTE}\n")
-            print("\n".join(f"- {line}" for x in explained for line in x.missing))
-            print(markdown(explained))
+            missing = [f"- {line}" for x in explained for line in x.missing]
+            print("\n".join([*missing, *([""] if missing else []), markdown(explained)]))
     else:
         print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate), "
               "with its 95% interval; level = what the verdict rests on: runs (two or more fresh processes a "

@@ -155,8 +155,8 @@ def _unexplained(verdict: str | None, delta: float, a_s: float, low: float, high
     if math.isfinite(low) and low <= 0 <= high:
         return "the interval of the per-layer steps' difference holds 0: nothing to explain"
     if verdict in ("faster", "better") and delta > 0 or verdict in ("slower", "worse") and delta < 0:
-        return (f"the per-layer steps moved the other way from the verdict ({verdict}): their split would "
-                "explain a difference the rows do not show")
+        return ("the per-layer steps moved the other way from the rows' verdict: their split would explain a "
+                "difference the rows do not show")
     return ""
 
 
