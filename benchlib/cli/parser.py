@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="changes under PCT%% are judged same (default: the practical threshold every verdict uses)")
     p.add_argument("--fail-on-regression", type=float, metavar="PCT",
                    help="exit 1 when B is slower (or worse) than A by more than PCT%% with an interval excluding 1")
+    p.add_argument("--explain", action="store_true", help="split each configuration's step difference layer by "
+                   "layer (forward, backward, optimizer, data wait, the rest) from the rows' per-layer tables "
+                   "(benchlib layers, layers: true), with intervals and the top three causes")
     p.set_defaults(func=_command("results", "cmd_diff"))
 
     p = _sub(sub, "report", "summary and HTML from existing results folders (several machines merge)")

@@ -5,6 +5,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..store.atomic import json_text
@@ -54,12 +55,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
             raise ConfigError(f"{exc}; give folders written by benchlib, e.g. results/default") from None
         folders.append(Path(side))
     table = d.diff(folders[0], folders[1], metrics, threshold=args.threshold / 100, ignore=ignore)
+    explained = _explained(folders, ignore, args.threshold / 100) if args.explain else None
     worse = d.regressions(table, args.fail_on_regression) if args.fail_on_regression is not None else None
     if args.json:
         payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold,
                    "fail_on_regression_pct": args.fail_on_regression,
                    "regressions": 0 if worse is None else len(worse),
                    "rows": table.to_dict("records")}
+        if explained is not None:
+            from ..report.findings.explain import records
+
+            payload["explain"] = [r for x in explained for r in records(x)]
+            payload["explain_missing"] = [line for x in explained for line in x.missing]
         print(json_text(payload))
     elif args.markdown:
         print(f"**B = `{args.b}` against A = `{args.a}`**: ratio > 1 means B is better, with its 95% interval; "
@@ -70,6 +77,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(d.as_markdown(table))
         for note in d.notes(table):
             print(f"\n- inconclusive: {note}")
+        if explained is not None:
+            from ..report.findings.explain import markdown
+
+            print(f"\n### Why B differs from A, layer by layer\n\n{EXPLAIN_NOTE}\n")
+            missing = [f"- {line}" for x in explained for line in x.missing]
+            print("\n".join([*missing, *([""] if missing else []), markdown(explained)]))
     else:
         print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate), "
               "with its 95% interval; level = what the verdict rests on: runs (two or more fresh processes a "
@@ -81,12 +94,31 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(d.as_text(table))
         for note in d.notes(table):
             print(f"inconclusive: {note}")
+        if explained is not None:
+            from ..report.findings.explain import explanation_lines
+
+            print(f"\nWhy B differs from A, layer by layer. {EXPLAIN_NOTE}")
+            for x in explained:
+                lines = [line for e in (x.training, x.inference) if e is not None for line in explanation_lines(e)]
+                print("\n".join([*x.missing, *([f"{x.configuration}:"] if lines else []),
+                                 *(f"  {line}" for line in lines)]))
     if worse is not None and not worse.empty:
         listed = "; ".join(f"{r['configuration']} {r['metric']} {r['ratio']:.3f}x [{r['ci_low']:.3f}, "
                            f"{r['ci_high']:.3f}]" for r in worse.to_dict("records"))
         print(f"benchlib: {len(worse)} regression(s) over {args.fail_on_regression:g}%: {listed}", file=sys.stderr)
         return 1
     return 0
+
+
+EXPLAIN_NOTE = ("Each part is B less A (negative: B takes less time), with its 95% interval (runs resampled, then "
+                "steps) and its share of the whole; the parts are measured by the profiler and checked against the "
+                "plain steps' difference (their sum over it, judged within 0.9-1.1), never forced to it.")
+
+
+def _explained(folders: list[Path], ignore: list[str], threshold: float) -> list[Any]:
+    from ..report.tables.explain_rows import explain_folders
+
+    return explain_folders(folders[0], folders[1], ignore, threshold)
 
 
 def cmd_check_pages(args: argparse.Namespace) -> int:

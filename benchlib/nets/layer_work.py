@@ -199,3 +199,15 @@ def count_layer_work(model: nn.Module, x: torch.Tensor, num_classes: int,
 def count_layer_flops(model: nn.Module, x: torch.Tensor, num_classes: int) -> dict[Key, int]:
     """FLOPs of one training step per (leaf module, phase) (``count_layer_work`` without an optimizer)."""
     return count_layer_work(model, x, num_classes).flops
+
+
+def count_forward_work(model: nn.Module, x: torch.Tensor) -> LayerWork:
+    """FLOPs and traffic of one inference forward (eval mode, no backward) at the batch of ``x`` per leaf
+    module, phase ``forward``: the work a batch-1 latency call does, counted like a training step's."""
+    copy = counting_copy(model)
+    copy.eval()
+    with torch.random.fork_rng(devices=[]), _numbered(leaf_modules(copy)) as numbering:
+        counting = _LayerWork(numbering)
+        with counting:
+            copy(x)
+    return LayerWork(flops=dict(counting.flops), elements=dict(counting.elements))

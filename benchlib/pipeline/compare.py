@@ -16,12 +16,18 @@ from typing import Any
 
 import pandas as pd
 
+from ..env.manifest import machine_name
 from ..errors import ConfigError
 from ..nets.user_models import ModelSource
 from ..report.evidence.diff import DEFAULT_METRICS
 from ..report.evidence.samples import METRICS, SampleFiles, compare_rows
 from ..report.evidence.selection import column_median
-from .own_model import model_reference, plan_benchmark, run_benchmark
+from ..report.findings.explain import explanation_lines
+from ..report.tables.explain import PART_COLUMNS
+from ..report.tables.explain_rows import explain_sides
+from ..run.record import pair_configs
+from ..store.layout import ResultsLayout
+from .own_model import BenchmarkPlan, model_reference, plan_benchmark, run_benchmark
 
 RUN_ARGUMENTS = ("resume", "progress")  # benchmark()'s arguments about measuring, not about what is measured
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
@@ -30,17 +36,23 @@ COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value",
 
 def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants: Sequence[str] = (),
             metrics: Sequence[str] = DEFAULT_METRICS, results_dir: str | Path = "results/adhoc",
-            **benchmark_args: Any) -> pd.DataFrame:
+            explain: bool = False, layer_steps: int = 20, **benchmark_args: Any) -> pd.DataFrame:
     """Several models (the first is the baseline), or one model under several ``variants`` (the first is the
     baseline), each measured by ``benchmark`` with ``benchmark_args``; one row per side, hardware, batch size
     and metric: ``ratio`` > 1 means the side is better than the baseline (a metric neither side measured, such
-    as CUDA memory on a CPU, is left out). Every side is admitted before the first is measured."""
+    as CUDA memory on a CPU, is left out). Every side is admitted before the first is measured.
+
+    ``explain``: also measure each configuration layer by layer (``benchlib layers``, ``layer_steps`` profiled
+    steps) and return instead each side's difference from the baseline split into parts (``explained``), the
+    table above under ``.attrs["comparison"]``."""
     listed: list[ModelSource | str] = list(models) if isinstance(models, (list, tuple)) else [models]  # type: ignore[list-item]
     if bad := [m for m in metrics if m not in METRICS]:
         raise ConfigError(f"compare: metrics {', '.join(bad)}; allowed: {', '.join(METRICS)}")
     if len(listed) < 2 and len(variants) < 2:
         raise ConfigError("compare: one model and fewer than two variants; allowed: two or more models, or one "
                           "model with two or more variants (the first is the baseline)")
+    if explain and layer_steps < 1:
+        raise ConfigError(f"compare: layer_steps {layer_steps}; allowed: an integer >= 1")
     if len(listed) > 1 and variants:
         raise ConfigError("compare: several models and variants at once; allowed: models side by side, or one "
                           "model's variants side by side")
@@ -53,7 +65,57 @@ def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants
     frames = [run_benchmark(plan, results_dir, **run_args) for plan in plans]
     rows = pd.concat(frames, ignore_index=True)
     by = "model" if len(refs) > 1 else "variant"
-    return judged(rows, by, refs[0] if by == "model" else str(rows["variant"].iloc[0]), metrics)
+    baseline = refs[0] if by == "model" else str(rows["variant"].iloc[0])
+    table = judged(rows, by, baseline, metrics)
+    if not explain:
+        return table
+    for plan in plans:
+        _measure_layers(plan, rows, results_dir, layer_steps, run_args.get("progress"))
+    parts = explained(rows, by, baseline)
+    parts.attrs["comparison"] = table
+    return parts
+
+
+def _measure_layers(plan: BenchmarkPlan, rows: pd.DataFrame, results_dir: str | Path, steps: int,
+                    progress: Any) -> None:
+    """Each measured configuration of ``plan`` that trains, layer by layer (kept where already measured)."""
+    from ..run.layers import record_layers
+
+    done = set(rows.loc[rows["status"] == "ok", "run_id"].astype(str))
+    layout = ResultsLayout.of(results_dir)
+    for cfg in pair_configs(plan.study, plan.device, plan.model, list(plan.batch_sizes), plan.settings,
+                            variants=list(plan.variants)):
+        if cfg.run_id in done and not cfg.evaluates_only and cfg.settings.knobs.compile == "off" \
+                and not layout.layers_path(machine_name(), cfg.run_id).exists():
+            record_layers(cfg, results_dir, steps=steps, block=min(5, steps), progress=progress)
+
+
+def explained(rows: pd.DataFrame, by: str, baseline: str) -> pd.DataFrame:
+    """Each value of ``by`` against ``baseline`` at the same hardware and batch size, split into parts: one row
+    per side, metric (training step, batch-1 forward) and part (``tables.explain.PART_COLUMNS``), with the
+    whole's ``delta_s``, ``coverage``, ``explained`` and ``why``; the causes in words under ``.attrs["causes"]``."""
+    good = rows[rows["status"] == "ok"]
+    frames: list[pd.DataFrame] = []
+    causes: dict[str, list[str]] = {}
+    for (hardware, batch), grp in good.groupby(["hardware", "batch_size"], sort=False):
+        base = grp[grp[by] == baseline]
+        for side, side_rows in grp[grp[by] != baseline].groupby(by, sort=False):
+            label = f"{side} against {baseline} ({hardware}, bs{batch})"
+            x = explain_sides(label, base, side_rows)
+            causes[label] = list(x.missing)
+            for e in (x.training, x.inference):
+                if e is None:
+                    continue
+                causes[label] += explanation_lines(e)
+                whole = {"side": side, "baseline": baseline, "hardware": hardware, "batch_size": batch,
+                         "metric": e.metric, "whole_delta_s": e.delta_s, "coverage": e.coverage,
+                         "explained": e.explained, "why": e.why}
+                frames.append(e.parts.assign(**whole) if not e.parts.empty else pd.DataFrame([whole]))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(PART_COLUMNS))
+    front = ["side", "baseline", "hardware", "batch_size", "metric"]
+    out = out[[c for c in front if c in out] + [c for c in out.columns if c not in front]]
+    out.attrs["causes"] = causes
+    return out
 
 
 def judged(rows: pd.DataFrame, by: str, baseline: str, metrics: Sequence[str]) -> pd.DataFrame:

@@ -288,38 +288,61 @@ def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPat
     return outcome
 
 
+def layer_configs(cfg: StudyConfig, hardware: str, model: str) -> list[RunConfig]:
+    """The configurations a study with ``layers: true`` measures layer by layer: every one at its first batch size
+    (each variant and each repeat, a run each, so a comparison's split has runs to resample), but those that
+    train nothing (quantized), compile (no layer owns a fused kernel) or sweep a setting (the profile notebook
+    takes no swept names, so its run id would not be the row's)."""
+    return [c for c in cfg.configs(hardware, model) if c.batch_size == cfg.batch_sizes[0] and not c.evaluates_only
+            and c.settings.knobs.compile == "off" and not c.swept]
+
+
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,
                   cell_timeout_s: int | None, before: Callable[[], None] = lambda: None) -> bool:
-    """Run the profile notebook for one pair at its first batch size: the torch.profiler tables (``profile``)
-    and the per-layer table (``layers``, CPU and CUDA), each skipped when already recorded."""
+    """Run the profile notebook for one pair at its first batch size: the torch.profiler tables (``profile``) of
+    the study's own settings, and the per-layer table (``layers``, CPU and CUDA) of each of ``layer_configs``,
+    each in a fresh kernel (a run of its own) and each skipped when already recorded."""
     run = RunConfig(cfg.study, hardware, model, cfg.batch_sizes[0], cfg.settings)
     machine = machine_name()
     torch_profile = cfg.profile and not (paths.results.profile_dir(machine, run.run_id) / "profile.json").exists()
-    layers = cfg.layers and not paths.results.layers_path(machine, run.run_id).exists()
-    if cfg.layers and layers and torch.device(resolve_hardware(hardware)).type not in ("cpu", "cuda"):
+    todo = [c for c in layer_configs(cfg, hardware, model) if cfg.layers
+            and not paths.results.layers_path(machine, c.run_id).exists()]
+    if todo and torch.device(resolve_hardware(hardware)).type not in ("cpu", "cuda"):
         _log(f"layers {hardware} / {model}: not measured (per-layer times are attributed on CPU and CUDA only)")
-        layers = False
-    if not (torch_profile or layers):
+        todo = []
+    if not (torch_profile or todo):
         _log(f"profile {hardware} / {model}: already recorded, skipped")
         return True
     before()
+    jobs = ([(run, True, any(c.run_id == run.run_id for c in todo))] if torch_profile else []) + [
+        (c, False, True) for c in todo if not (torch_profile and c.run_id == run.run_id)]
+    return all([_profile_notebook(cfg, c, paths, cwd, cell_timeout_s, torch_profile=tp, layers=la, first=i == 0)
+                for i, (c, tp, la) in enumerate(jobs)])
+
+
+def _profile_notebook(cfg: StudyConfig, run: RunConfig, paths: StudyPaths, cwd: Path, cell_timeout_s: int | None, *,
+                      torch_profile: bool, layers: bool, first: bool) -> bool:
+    """One execution of the profile notebook for ``run``; the pair's first one is its published page."""
+    hardware, model = run.hardware, run.model
     what = " and ".join(w for w, on in (("profile", torch_profile), ("layers", layers)) if on)
-    _log(f"{what} {hardware} / {model} (batch {run.batch_size})")
-    out = paths.reports.profiles_dir / pair_notebook_name(hardware, model)
+    _log(f"{what} {hardware} / {model} (batch {run.batch_size}, {run.settings.variant}, seed {run.settings.seed})")
+    name = pair_notebook_name(hardware, model)
+    out = paths.reports.profiles_dir / (name if first else name.replace(".ipynb", f"__{run.run_id}.ipynb"))
     params = {k: v for k, v in pair_params(cfg, hardware, model, paths).items()
               if k not in ("batch_sizes", *GRID_ONLY)}
-    params.update(batch_size=run.batch_size, torch_profile=torch_profile, layers=layers)
+    params.update(run.settings.flat(), batch_size=run.batch_size, torch_profile=torch_profile, layers=layers)
     try:
         execute(publish.notebooks_dir() / "profile.ipynb", out, params, cwd=cwd, cell_timeout_s=cell_timeout_s,
                 label=f"profile {hardware} / {model}", kernel_env=PROFILE_KERNEL_ENV)
         return True
     except PAIR_FAILURES as exc:
-        _log(f"profile {hardware} / {model} failed: {error_text(exc)}")
+        _log(f"{what} {hardware} / {model} failed: {error_text(exc)}")
         return False
     finally:
-        trace = paths.results.profile_dir(machine_name(), run.run_id) / "trace.json"
-        publish.publish_trace(trace, paths.reports.profile_trace(hardware, model))
-        if out.exists():
+        if first:
+            trace = paths.results.profile_dir(machine_name(), run.run_id) / "trace.json"
+            publish.publish_trace(trace, paths.reports.profile_trace(hardware, model))
+        if out.exists() and first:
             publish.render_html(out, publish.pair_title("profile", hardware, model, cfg.study), paths.reports)
 
 

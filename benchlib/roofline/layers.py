@@ -88,3 +88,15 @@ def layer_roofline(times: pd.DataFrame, flops: Mapping[tuple[str, str], int],
 def predicted_step_s(table: pd.DataFrame) -> float:
     """The step the roofline predicts: the sum of the placed rows' roof times (the unplaced rest counts 0)."""
     return float(pd.to_numeric(table["roof_time_s"], errors="coerce").fillna(0.0).sum())
+
+
+def times_per_step(per_step: list[pd.DataFrame]) -> dict[tuple[str, str], list[float]]:
+    """(layer, phase, calls, time_us) per profiled step -> each (layer, phase)'s seconds in every step, in step
+    order (0 in a step it did not run): what a median hides and an interval between two runs needs."""
+    keys = sorted({(str(r.layer), str(r.phase)) for t in per_step for r in t.itertuples()})
+    out: dict[tuple[str, str], list[float]] = {key: [] for key in keys}
+    for t in per_step:
+        summed = t.groupby(["layer", "phase"])["time_us"].sum() if not t.empty else pd.Series(dtype=float)
+        for key in keys:
+            out[key].append(float(summed.get(key, 0.0)) / 1e6)
+    return out

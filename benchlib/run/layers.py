@@ -22,8 +22,9 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from ..engine.knobs import precision_context
 from ..engine.setup import build, check_runs, configuration, wrap
-from ..engine.step import Trainer, make_optimizer, train_step
+from ..engine.step import Trainer, in_memory_format, make_optimizer, train_step
 from ..env.devices import resolve_hardware, synchronize
 from ..env.manifest import machine_name
 from ..env.threads import last_level_cache_bytes
@@ -39,13 +40,15 @@ from ..instruments.layer_times import (
 from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
 from ..log import ProgressFn
 from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
-from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_layer_work
+from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_forward_work, count_layer_work
 from ..roofline.cache import ensure_ceilings
-from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s
+from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s, times_per_step
 from ..roofline.model import roof_dtype
 from ..spec.settings import RunConfig
+from ..spec.vocab import DATA_WAIT_LAYER
 from ..store.atomic import atomic_write_json, json_ready
 from ..store.layout import ResultsLayout
+from ..store.schema import LAYERS_FORMAT_VERSION
 from .profile import _cycle, _quiet_kineto
 
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -74,6 +77,10 @@ class LayerReport:
     # (layer, phase) -> the device kernels launched under it (on a GPU; empty on a CPU, whose layers run no
     # kernels the profiler names): what tells a Winograd convolution from a counting error or a TF32 leak
     kernels: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    plain_steps_s: list[float] = field(default_factory=list)  # every plain step, data wait left out (as step_s)
+    plain_data_wait_s: list[float] = field(default_factory=list)  # the wait for each plain step's batch
+    per_step: list[dict[str, Any]] = field(default_factory=list)  # {layer, phase, time_s: one per profiled step}
+    inference: dict[str, Any] | None = None  # the batch-1 forward the same way (``_inference``)
 
     @property
     def efficiency(self) -> float:
@@ -93,16 +100,19 @@ class LayerReport:
                 "flops_total": self.flops_total, "model_flops": self.model_flops, "roof_dtype": self.roof_dtype,
                 "peak_flops_per_s": self.peak_flops_per_s, "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
                 "element_bytes": self.element_bytes}
-        return {"run_id": self.run_id, **self.about, "layers": layers, **json_ready(figures),
-                "steps": self.steps, "notes": self.notes}
+        return {"format_version": LAYERS_FORMAT_VERSION, "run_id": self.run_id, **self.about, "layers": layers,
+                **json_ready(figures), "steps": self.steps, "notes": self.notes,
+                "plain_steps_s": self.plain_steps_s, "plain_data_wait_s": self.plain_data_wait_s,
+                "per_step": json_ready(self.per_step), "inference": json_ready(self.inference)}
 
 
 
 
 def _step_rows(events: list[Any], span: StepSpans, device: bool = False, optimizer: bool = True) -> pd.DataFrame:
-    """One profiled step's rows: each layer and phase, the optimizer (a training step, ``optimizer``), and the
-    rest of the step (on a GPU, ``device``: the kernels' time under each range; the rest holds launch gaps and
-    an idle device too). A forward-only step has no optimizer row."""
+    """One profiled step's rows: each layer and phase, the optimizer (a training step, ``optimizer``), the wait
+    for the batch (host time of ``data_wait``, where the step has one) and the rest of the step (on a GPU,
+    ``device``: the kernels' time under each range; the rest holds launch gaps and an idle device too). A
+    forward-only step has no optimizer row."""
     layers = layer_times(events, [span], device=device)
     optimizer_us = 0.0
     extra = []
@@ -110,7 +120,10 @@ def _step_rows(events: list[Any], span: StepSpans, device: bool = False, optimiz
         optimizer_us = (region_device_us(events, [span], "optimizer_step") if device
                         else phase_time_us([span], "optimizer_step"))
         extra.append({"layer": OPTIMIZER, "phase": "optimizer", "calls": 1, "time_us": optimizer_us})
-    rest_us = max(0.0, span.step_time_us - float(layers["time_us"].sum()) - optimizer_us)
+    wait_us = phase_time_us([span], "data_wait")
+    if wait_us > 0:
+        extra.append({"layer": DATA_WAIT_LAYER, "phase": "other", "calls": 1, "time_us": wait_us})
+    rest_us = max(0.0, span.step_time_us - float(layers["time_us"].sum()) - optimizer_us - wait_us)
     extra.append({"layer": UNATTRIBUTED, "phase": "other", "calls": 1, "time_us": rest_us})
     return pd.concat([layers, pd.DataFrame(extra)], ignore_index=True)
 
@@ -122,12 +135,17 @@ class _Steps:
         self.trainer, self.batches, self.device = trainer, batches, device
 
     def one(self) -> float:
+        return self.timed()[0]
+
+    def timed(self) -> tuple[float, float]:
+        """One step: its time and, apart, the time it waited for its batch (both seconds)."""
+        waited = time.perf_counter()
         with record_function("data_wait"):
             x, y = next(self.batches)
         start = time.perf_counter()
         train_step(self.trainer, x, y, region=record_function)
         synchronize(self.device)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, start - waited
 
 
 def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
@@ -164,11 +182,15 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         for _ in range(max(1, s.warmup_steps)):
             runner.one()
         plain: list[float] = []
+        waits: list[float] = []
         profiled: list[float] = []
         cycles: list[list[Any]] = []
         while len(profiled) < steps:
             n = min(block, steps - len(profiled))
-            plain += [runner.one() for _ in range(n)]
+            for _ in range(n):
+                took, waited = runner.timed()
+                plain.append(took)
+                waits.append(waited)
             activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
             with layer_ranges(leaf_modules(built.model)), profile(
                     activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
@@ -180,6 +202,9 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                     prof.step()
             say(f"layers: {len(profiled)}/{steps} profiled steps")
         x, _ = next(batches)
+        forward = _Forwards(net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs)
+        inference = forward.measure(built.model, steps, block, on_gpu)
+        say("layers: batch-1 forwards profiled")
     per_step = [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     kernels: dict[tuple[str, str], set[str]] = {}
     for events in cycles if on_gpu else []:
@@ -200,7 +225,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     table = layer_roofline(times, work.flops, {k: v * element_bytes for k, v in work.elements.items()}, kinds,
                            step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
                            cache_bytes=cache_bytes)
-    placed = table[table["layer"] != UNATTRIBUTED]
+    placed = table[~table["layer"].isin([UNATTRIBUTED, DATA_WAIT_LAYER])]
     report = LayerReport(
         run_id=cfg.run_id, table=table, step_s=step_s, instrumented_step_s=statistics.median(profiled),
         coverage=float(placed["time_s"].sum()) / step_s, predicted_step_s=predicted_step_s(table),
@@ -209,7 +234,10 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         element_bytes=element_bytes, steps=len(per_step),
         about={"study": cfg.study, "model": cfg.model, "hardware": cfg.hardware, "device": str(device),
                "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
-               "machine": machine_name(), "cache_bytes": cache_bytes})
+               "machine": machine_name(), "cache_bytes": cache_bytes},
+        plain_steps_s=plain, plain_data_wait_s=waits, per_step=_series(per_step))
+    report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
+                                          bandwidth, element_bytes, cache_bytes)
     report.kernels = {key: sorted(names) for key, names in kernels.items()}
     report.notes += _notes(report)
     if on_gpu:
@@ -217,6 +245,63 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                             "range (the backward's under its autograd node); launch gaps, an idle device and "
                             "host work between them are in the unattributed row")
     return report
+
+
+def _series(per_step: list[pd.DataFrame]) -> list[dict[str, Any]]:
+    """Every (layer, phase)'s seconds in each profiled step, as the file keeps them."""
+    return [{"layer": layer, "phase": phase, "time_s": times}
+            for (layer, phase), times in times_per_step(per_step).items()]
+
+
+class _Forwards:
+    """Batch-1 forwards of the trained model in eval mode, as latency calls run (inference mode, the variant's
+    autocast and memory format), timed plain and profiled in alternating blocks like the training steps."""
+
+    def __init__(self, net: torch.nn.Module, x1: torch.Tensor, device: torch.device, knobs: Any) -> None:
+        self.net, self.x1, self.device, self.knobs = net, x1, device, knobs
+
+    def one(self) -> float:
+        start = time.perf_counter()
+        with torch.inference_mode(), precision_context(self.knobs, self.device), record_function("forward"):
+            self.net(self.x1)
+        synchronize(self.device)
+        return time.perf_counter() - start
+
+    def measure(self, model: torch.nn.Module, steps: int, block: int, on_gpu: bool) -> dict[str, Any]:
+        """The plain forwards' seconds and each profiled forward's rows (``_step_rows``, no optimizer)."""
+        self.net.eval()
+        for _ in range(3):
+            self.one()
+        plain: list[float] = []
+        cycles: list[list[Any]] = []
+        done = 0
+        while done < steps:
+            n = min(block, steps - done)
+            plain += [self.one() for _ in range(n)]
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
+            with layer_ranges(leaf_modules(model)), profile(
+                    activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
+                    on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
+                for _ in range(n + 1):
+                    self.one()
+                    prof.step()
+            done += n
+        self.net.train()
+        rows = [_step_rows(events, span, on_gpu, optimizer=False) for events in cycles for span in step_spans(events)]
+        return {"plain": plain, "per_step": rows}
+
+
+def _inference_figures(measured: dict[str, Any], work: Any, kinds: dict[str, str], peak: float, bandwidth: float,
+                       element_bytes: int, cache_bytes: int | None) -> dict[str, Any]:
+    """The batch-1 forward's table under the same roof (``work``: counted at batch 1 in eval mode), its plain
+    forwards and its per-step times, as the file keeps them."""
+    plain, rows = measured["plain"], measured["per_step"]
+    step_s = statistics.median(plain) if plain else math.nan
+    table = layer_roofline(median_per_step(rows), work.flops, {k: v * element_bytes for k, v in work.elements.items()},
+                           kinds, step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
+                           cache_bytes=cache_bytes) if rows else pd.DataFrame()
+    return {"batch_size": 1, "step_s": step_s, "steps": len(rows), "plain_steps_s": plain,
+            "per_step": _series(rows), "layers": table.to_dict("records")}
 
 
 def gpu_l2_bytes(device: torch.device) -> int | None:

@@ -51,8 +51,8 @@ GRID_KEYS: dict[str, str] = {
                "in a fresh process; or auto (or {until_pct: 3, max_runs: 10, max_minutes: 10}): add rounds until "
                "every figure and ratio is known within ±until_pct% or a budget is spent",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
-    "layers": "true or false: also measure each pair's training step layer by layer against the roofline (benchlib "
-              "layers) at its first batch size, on CPU or CUDA",
+    "layers": "true or false: also measure each configuration's training step layer by layer against the roofline "
+              "(benchlib layers) at the first batch size (each variant and repeat a run), on CPU or CUDA",
     "calibrate": "true or false (default: when the study compares devices, variants, batch sizes or swept values "
                  "at one run a side): measure this machine's run-to-run noise floor (benchlib calibrate; kept per "
                  "machine and reused while fresh), so comparisons of one run a side can be judged",
@@ -186,7 +186,7 @@ class StudyConfig:
     interleave: bool = True
     calibrate: bool | None = None  # the noise floor measured (or a fresh one reused); None: where floor_needed says
     auto_repeats: AutoRepeats | None = None  # repeats: auto (then ``repeats`` is its max_runs)
-    layers: bool = False  # each pair's step layer by layer (benchlib layers) at its first batch size
+    layers: bool = False  # every configuration's step layer by layer (benchlib layers) at the first batch size
     ceilings_at_end: bool = True  # the ceilings measured once more at the end, the higher of each kept
 
     def pairs(self) -> list[tuple[str, str]]:

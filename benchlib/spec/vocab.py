@@ -94,3 +94,5 @@ ELEMENT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 UNATTRIBUTED_LAYER = "(unattributed)"
 # The row of the optimizer's step, one for all parameters (it updates them all in one call).
 OPTIMIZER_LAYER = "(optimizer)"
+# The row of the time a step waited for its batch (the ``data_wait`` region), measured apart from the rest.
+DATA_WAIT_LAYER = "(data wait)"

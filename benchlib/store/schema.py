@@ -14,6 +14,10 @@ from dataclasses import dataclass
 # The row format: raised when a column changes meaning or a row must be read differently. Rows without the
 # column were written before it existed (format 1); ``store.rows.migrate`` brings every older row to this one.
 FORMAT_VERSION = 2
+# A per-layer file's format (``layers/<machine>__<run_id>.json``): 2 keeps every step's time of each (layer, phase),
+# the plain steps and their data wait, and the batch-1 forward; files without the key are format 1 (medians only),
+# read through ``report.readback.layers.migrate_layers``.
+LAYERS_FORMAT_VERSION = 2
 # How a configuration ended. ``ok``: measured. The others produced no measurement, and say why:
 STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "oom", "unstable")
 STATUS_MEANINGS: dict[str, str] = {

@@ -32,6 +32,7 @@ from ..readback.profiles import load_profiles
 from ..tables import comparisons, headline, summaries
 from ..words import fmt
 from . import show
+from .explain import variant_explanations
 from .layers import layers as layers  # the notebook's "Layer by layer" section, beside the others
 
 IDENTITY = ("machine", "hardware", "model", "batch_size", "variant")
@@ -145,8 +146,9 @@ def speedups(df: pd.DataFrame) -> None:
     display(show.table(comparisons.speedup_matrix(df).reset_index(), text=True))
 
 
-def variants(df: pd.DataFrame) -> None:
-    """Each optimization variant against its device's default: speedups with intervals, accuracy and memory."""
+def variants(df: pd.DataFrame, figures_dir: str | None = None) -> None:
+    """Each optimization variant against its device's default: speedups with intervals, accuracy and memory, and
+    under them each comparison split layer by layer where its rows have per-layer tables (``explain``)."""
     table = comparisons.variant_speedups(df)
     if table.empty:
         return
@@ -154,6 +156,7 @@ def variants(df: pd.DataFrame) -> None:
     display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better). {INTERVAL_NOTE}"))
     table = table[table["variant"] != table["baseline"]]
     display(show.table(_drop_empty(table[[c for c in VARIANT_COLUMNS if c in table]])))
+    variant_explanations(df, table, figures_dir)
     quant = selection.ok_rows(df)
     if "quantization" in quant and (quant["quantization"] != "none").any():
         cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",

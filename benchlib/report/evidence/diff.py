@@ -99,21 +99,9 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; allowed: {', '.join(METRICS)}")
-    rows_a, rows_b = _ok(a), _ok(b)
-    settings_a = [set(_settings(r)) for _, r in rows_a.iterrows()]
-    settings_b = [set(_settings(r)) for _, r in rows_b.iterrows()]
-    shared = set.intersection(*settings_a, *settings_b) if settings_a and settings_b else set()
-    shared -= set(ignore)
-    rows_a = rows_a.assign(_key=_keys(rows_a, shared, ignore), _label=rows_a["run_id"].astype(str).map(_label))
-    rows_b = rows_b.assign(_key=_keys(rows_b, shared, ignore), _label=rows_b["run_id"].astype(str).map(_label))
     reader = SampleFiles()
     out: list[dict[str, Any]] = []
-    keys = sorted(set(rows_a["_key"]) | set(rows_b["_key"]))
-    labels = {k: pd.concat([rows_a, rows_b]).loc[lambda d, k=k: d["_key"] == k, "_label"].iloc[0] for k in keys}
-    ambiguous = {label for label in labels.values() if list(labels.values()).count(label) > 1}
-    for key in keys:
-        side_a, side_b = rows_a[rows_a["_key"] == key], rows_b[rows_b["_key"] == key]
-        label = labels[key] + (f"#{digest_of(key)}" if labels[key] in ambiguous else "")
+    for label, side_a, side_b in paired(a, b, ignore):
         for name in metrics:
             metric = METRICS[name]
             va, vb = column_median(side_a, metric.column), column_median(side_b, metric.column)
@@ -132,6 +120,22 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
                           b_drifted=flagged(side_b, ("machine_drifted",)))
             out.append(record)
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def paired(a: Path, b: Path, ignore: Sequence[str] = ()) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """Each configuration's label with A's and B's rows (one side may be empty), matched as ``diff`` matches."""
+    rows_a, rows_b = _ok(a), _ok(b)
+    settings_a = [set(_settings(r)) for _, r in rows_a.iterrows()]
+    settings_b = [set(_settings(r)) for _, r in rows_b.iterrows()]
+    shared = set.intersection(*settings_a, *settings_b) if settings_a and settings_b else set()
+    shared -= set(ignore)
+    rows_a = rows_a.assign(_key=_keys(rows_a, shared, ignore), _label=rows_a["run_id"].astype(str).map(_label))
+    rows_b = rows_b.assign(_key=_keys(rows_b, shared, ignore), _label=rows_b["run_id"].astype(str).map(_label))
+    keys = sorted(set(rows_a["_key"]) | set(rows_b["_key"]))
+    labels = {k: pd.concat([rows_a, rows_b]).loc[lambda d, k=k: d["_key"] == k, "_label"].iloc[0] for k in keys}
+    ambiguous = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    return [(labels[key] + (f"#{digest_of(key)}" if labels[key] in ambiguous else ""),
+             rows_a[rows_a["_key"] == key], rows_b[rows_b["_key"] == key]) for key in keys]
 
 
 def regressions(table: pd.DataFrame, percent: float) -> pd.DataFrame:

@@ -1,2 +1,3 @@
 """Findings as sentences: claims (``claims``), where the time goes against the roof (``work``), caveats
-(``caveats``), and the key findings assembled (``key``). No rendering."""
+(``caveats``), why B is faster layer by layer (``explain``), and the key findings assembled (``key``). No
+rendering."""

@@ -3,13 +3,31 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ...store.layout import ResultsLayout
+from ...store.schema import LAYERS_FORMAT_VERSION
+
+
+def migrate_layers(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved per-layer file brought to today's format: format 1 (no ``format_version``) kept each (layer,
+    phase)'s median only, so it gains empty per-step series and no batch-1 forward; a newer file is refused."""
+    version = int(data.get("format_version") or 1)
+    if version > LAYERS_FORMAT_VERSION:
+        raise ValueError(f"per-layer file format {version} is newer than this benchlib reads "
+                         f"({LAYERS_FORMAT_VERSION}); allowed: format {LAYERS_FORMAT_VERSION} or older")
+    if version < 2:
+        data = {**data, "plain_steps_s": [], "plain_data_wait_s": [], "per_step": [], "inference": None}
+    return {**data, "format_version": LAYERS_FORMAT_VERSION, "migrated_from": version}
+
+
+def read_layer_file(path: Path) -> dict[str, Any]:
+    """One saved per-layer file, migrated; its rows stay a list under ``layers``."""
+    return migrate_layers(json.loads(path.read_text(encoding="utf-8")))
 
 
 def load_layer_reports(results_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -18,7 +36,7 @@ def load_layer_reports(results_dirs: Iterable[str | Path]) -> list[dict[str, Any
     for d in results_dirs:
         for path in ResultsLayout.of(d).layers_files():
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = read_layer_file(path)
                 data["table"] = pd.DataFrame(data.pop("layers"))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)
@@ -26,3 +44,27 @@ def load_layer_reports(results_dirs: Iterable[str | Path]) -> list[dict[str, Any
             data["path"] = str(path)
             found.append(data)
     return found
+
+
+def layer_file_of(row: Mapping[str, Any]) -> Path | None:
+    """Where the per-layer file of a result row's configuration lives (its machine and run id, in the results
+    folder ``read_results`` noted), or None without a results folder."""
+    folder = row.get("results_dir")
+    return ResultsLayout.of(str(folder)).layers_path(str(row["machine"]), str(row["run_id"])) if folder else None
+
+
+def layer_files_of(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[Mapping[str, Any]]]:
+    """The per-layer files of ``rows`` (one per run that has one, read and migrated) and the rows without one."""
+    found: list[dict[str, Any]] = []
+    missing: list[Mapping[str, Any]] = []
+    for row in rows.to_dict("records"):
+        path = layer_file_of(row)
+        if path is None or not path.is_file():
+            missing.append(row)
+            continue
+        try:
+            found.append(read_layer_file(path))
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)
+            missing.append(row)
+    return found, missing
