@@ -102,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug or exc.errno not in _ENVIRONMENT_ERRNOS:
             raise
         what = "disk full" if exc.errno == errno.ENOSPC else "cannot write"
-        print(f"benchlib: error: {what}: {exc.filename or ''}: {exc.strerror}; complete rows are kept: fix it and "
-              "run the same command again to resume", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""  # write(2) names no file; benchlib's writers add it
+        print(f"benchlib: error: {what}: {where}{exc.strerror}; complete rows are kept: fix it and run the same "
+              "command again to resume", file=sys.stderr)
         return 1
 
 
