@@ -194,3 +194,44 @@ def test_a_figure_is_drawn_whole_before_it_is_written(tmp_path, monkeypatch):
         save(_figure(), tmp_path, "f")
     plt.close("all")
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["f.png"]
+
+
+# ---------------------------------------------------------------- what the user is told
+
+def test_a_full_disk_names_the_file_being_written_not_its_temporary_one(tmp_path, monkeypatch):
+    """The atomic writer's error names the file it was writing, not the hidden temporary file (gone by then)."""
+    target = tmp_path / "reports" / "s" / "summary.html"
+    FullDisk(tmp_path / "reports", 7).install(monkeypatch)
+    with pytest.raises(OSError) as raised:
+        publish.atomic_write_text(target, "<html>" + "x" * 100 + "</html>")
+    monkeypatch.undo()
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
+    assert list(target.parent.iterdir()) == []
+
+
+def test_papermill_meeting_a_full_disk_names_the_notebook(tmp_path, monkeypatch):
+    """papermill saves the notebook it runs with a plain write(), whose error on a real full disk names no file
+    (the soak's tmpfs met it as "disk full: : No space left on device"): the notebook's path is given."""
+    out = tmp_path / "runs" / "cpu__resnet18.ipynb"
+    monkeypatch.setattr(papermill, "execute_notebook",
+                        _papermill_that('{"cells": [', OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(OSError) as raised:
+        publish.execute(SUMMARY, out, {"title": "t"}, cwd=tmp_path, cell_timeout_s=60, progress=False)
+    assert raised.value.filename == str(out) and not out.exists()
+
+
+@pytest.mark.parametrize("filename, said", [
+    (None, "benchlib: error: disk full: No space left on device; complete rows are kept"),
+    ("/r/rows/x.json", "benchlib: error: disk full: /r/rows/x.json: No space left on device; complete rows are kept"),
+])
+def test_the_command_says_a_full_disk_in_one_line_with_the_file_where_known(tmp_path, monkeypatch, capsys, filename,
+                                                                             said):
+    from benchlib.cli import main, studies
+
+    def full(_args):
+        raise OSError(errno.ENOSPC, "No space left on device", *([filename] if filename else []))
+
+    monkeypatch.setattr(studies, "cmd_study", full)
+    assert main(["study", str(tmp_path / "s.yaml")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(said), lines

@@ -2,6 +2,8 @@
 released, and benchlib's own line is the last one printed, with exit code 143."""
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -114,3 +116,32 @@ def test_sigterm_to_a_running_study_stops_its_kernel_and_releases_the_lock(tmp_p
     results = tmp_path / "results" / "s"
     assert sorted(results.glob(".benchlib-*.lock")) == [], "a lock was left behind"
     assert [p.name for p in (tmp_path / "reports").rglob("*") if ".tmp" in p.name] == []
+
+
+def test_a_cell_task_failed_by_the_stopped_kernel_is_not_reported_after_the_last_line(tmp_path, caplog, capsys):
+    """SIGTERM while a cell runs: papermill's clean-up stops the kernel, nbclient's task for the cell ends in
+    DeadKernelError, and asyncio reported it ("Task exception was never retrieved", a traceback) as the task was
+    freed, after ``benchlib: terminated`` (the soak met it: benchmarks/soak.py --size tiny)."""
+    from nbclient.exceptions import DeadKernelError
+
+    from benchlib.cli import studies
+    from benchlib.errors import Terminated
+
+    def terminated_while_a_cell_waits(_args):
+        loop = asyncio.new_event_loop()
+
+        async def cell():
+            raise DeadKernelError("Kernel died")
+
+        task = loop.create_task(cell())
+        loop.run_until_complete(asyncio.sleep(0))  # the cell's task fails; nobody looks at its exception
+        loop.close()
+        assert task.done()
+        raise Terminated()  # the task is held by this frame, the frame by the traceback the command handles
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(studies, "cmd_study", terminated_while_a_cell_waits)
+        assert main(_argv(tmp_path, _params(tmp_path))) == EXIT_TERMINATED
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()], caplog.text
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "benchlib: terminated"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import logging
 import os
 import signal
 import sys
@@ -50,6 +51,23 @@ def _without_the_iri_grammar() -> None:
         sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # what an ImportError is made of
 
 
+class _StoppedKernelReport(logging.Filter):
+    """Drops asyncio's report of a notebook cell's task that failed with ``DeadKernelError`` and was never looked at.
+
+    When the command stops on SIGTERM or Ctrl-C, papermill's clean-up stops the kernel a cell was waiting on,
+    and nbclient's task for that cell ends in ``DeadKernelError``; nobody retrieves it, so asyncio prints "Task
+    exception was never retrieved" and a traceback when the task is freed, which is after the command's own last
+    line (``benchlib: terminated``). A kernel that dies by itself reaches the study as the cell's own error (a
+    failure row that names it): this report never says anything the command did not."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return type(exc).__name__ != "DeadKernelError"
+
+
+_STOPPED_KERNEL_REPORT = _StoppedKernelReport()
+
+
 def _terminate(_signum: int, _frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM would cut short the cleanup of the first
     raise Terminated()
@@ -72,6 +90,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     _without_the_iri_grammar()
+    if _STOPPED_KERNEL_REPORT not in logging.getLogger("asyncio").filters:
+        logging.getLogger("asyncio").addFilter(_STOPPED_KERNEL_REPORT)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -102,8 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug or exc.errno not in _ENVIRONMENT_ERRNOS:
             raise
         what = "disk full" if exc.errno == errno.ENOSPC else "cannot write"
-        print(f"benchlib: error: {what}: {exc.filename or ''}: {exc.strerror}; complete rows are kept: fix it and "
-              "run the same command again to resume", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""  # write(2) names no file; benchlib's writers add it
+        print(f"benchlib: error: {what}: {where}{exc.strerror}; complete rows are kept: fix it and run the same "
+              "command again to resume", file=sys.stderr)
         return 1
 
 

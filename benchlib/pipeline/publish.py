@@ -30,7 +30,15 @@ from .._version import __version__
 from ..errors import ConfigError
 from ..report.display import site
 from ..report.words import dictionary
-from ..store.atomic import atomic_copy, atomic_path, atomic_write_json, atomic_write_text, json_text, temp_beside
+from ..store.atomic import (
+    atomic_copy,
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    json_text,
+    naming,
+    temp_beside,
+)
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
 
 KERNEL_NAME = "python3"
@@ -110,6 +118,10 @@ def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Pat
                 request_save_on_cell_execute=True, shutdown_kernel=KERNEL_SHUTDOWN,
                 **({"kernel_manager_class": manager} if manager else {}),
             )
+    except OSError as exc:  # papermill's own save of the notebook (a full disk) names no file: its output is meant
+        keep_notebook(saving, output, failed=True)
+        naming(exc, output, saving)
+        raise
     except BaseException:
         keep_notebook(saving, output, failed=True)
         raise

@@ -67,14 +67,24 @@ def commit(tmp: Path, path: Path) -> None:
         pass
 
 
+def naming(exc: OSError, path: Path, tmp: Path | None = None) -> None:
+    """Make ``exc`` name ``path``, the file being written, where it names none (a failed ``write(2)``, as a full
+    disk fails, carries no file name) or only the temporary file ``tmp`` it was written through."""
+    if exc.filename is None or (tmp is not None and str(exc.filename) == str(tmp)):
+        exc.filename = str(path)
+
+
 @contextmanager
 def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
     """A temporary name to write ``path``'s content to, for a writer that opens files itself; committed when
-    the block ends, removed when it raises."""
+    the block ends, removed when it raises (an ``OSError`` then names ``path``: :func:`naming`)."""
     tmp = temp_beside(path, suffix)
     try:
         yield tmp
         commit(tmp, path)
+    except OSError as exc:
+        naming(exc, path, tmp)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
