@@ -68,6 +68,25 @@ def test_sigterm_leaves_as_ctrl_c_does_lock_released_one_line_last(tmp_path, mon
     assert not seen["lock"].exists() and list(seen["lock"].parent.iterdir()) == []
 
 
+def test_a_child_the_command_started_but_never_handed_to_its_clean_up_is_stopped(tmp_path, monkeypatch, capsys):
+    """SIGTERM while a kernel is still starting: papermill's clean-up does not hold it yet, and it would
+    outlive the command and print "Parent appears to have exited" after benchlib's last line. The command
+    stops every process it started before it says its last line."""
+    started = {}
+
+    def terminated_while_a_child_starts(cfg, **_kwargs):
+        started["child"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        raise AssertionError("SIGTERM did not end the study")
+
+    monkeypatch.setattr(study_pipeline, "run_study", terminated_while_a_child_starts)
+    code = main(_argv(tmp_path, _params(tmp_path)))
+    assert code == EXIT_TERMINATED
+    assert started["child"].poll() is not None, "the child was stopped before the command returned"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "benchlib: terminated"
+
+
 def _kernels(pid: int) -> list[psutil.Process]:
     try:
         children = psutil.Process(pid).children(recursive=True)

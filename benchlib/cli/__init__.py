@@ -20,7 +20,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 
 from .. import log as messages
@@ -87,6 +87,26 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def _stop_children(grace_s: float = 2.0) -> None:
+    """Stop what this command started and left running: a kernel still starting when SIGTERM came is not yet
+    in papermill's clean-up, and would outlive the command, then print "Parent appears to have exited" after
+    the command's last line. Each child is asked to end, then killed after ``grace_s``."""
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        with suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     _without_the_iri_grammar()
@@ -113,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"benchlib: error: {exc.status}: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_NO_MEASUREMENT
     except KeyboardInterrupt as exc:
+        _stop_children()
         print(f"benchlib: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into head & co.
