@@ -112,6 +112,9 @@ def explained(rows: pd.DataFrame, by: str, baseline: str) -> pd.DataFrame:
                          "explained": e.explained, "why": e.why}
                 frames.append(e.parts.assign(**whole) if not e.parts.empty else pd.DataFrame([whole]))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(PART_COLUMNS))
+    for column in PART_COLUMNS:  # a whole that is not explained (its ``why`` says so) has no parts, but the columns
+        if column not in out:
+            out[column] = None
     front = ["side", "baseline", "hardware", "batch_size", "metric"]
     out = out[[c for c in front if c in out] + [c for c in out.columns if c not in front]]
     out.attrs["causes"] = causes
