@@ -623,6 +623,7 @@ def test_synthetic_batches_are_made_in_the_variants_memory_format_once(memory_fo
         assert stepped.data_ptr() == x.data_ptr(), "no copy inside the step"
 
 
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch without fp32_precision")
 def test_tf32_set_through_torchs_newer_api_is_read_and_restored_without_an_error():
     """torch refuses to read the legacy ``allow_tf32`` once a notebook set ``fp32_precision``: benchlib's
     manifest, variant flags and ceilings read and set TF32 through whichever API is in use. In a fresh process:
