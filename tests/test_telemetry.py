@@ -102,7 +102,9 @@ def test_summary_keys_values_and_none_for_missing(no_nvml):
     assert set(s) == set(schema.names(schema.TELEMETRY)), "the summary fills every telemetry column"
     assert 0 < s["cpu_util_pct_mean"] <= 100 and 0 < s["cpu_util_pct_p95"] <= 100
     assert s["rss_bytes_max"] > 10 * 2**20 and isinstance(s["rss_bytes_max"], int)
-    assert s["telemetry_samples"] == len(tel.frame) and s["telemetry_interval_s"] == 0.1
+    assert s["telemetry_samples"] == len(tel.frame) and s["telemetry_interval_s"] == tel.interval_s
+    # a busy host may make a sample cost more than 0.5% of a core: the interval then widens, and says so
+    assert tel.interval_s == 0.1 or "to keep sampling under 0.5% of a core" in tel.notes["interval"]
     for col in ("gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_util_pct_mean", "gpu_mem_used_bytes_max",
                 "gpu_power_w_mean", "gpu_temp_c_max", "gpu_sm_clock_mhz_mean"):
         assert s[col] is None
