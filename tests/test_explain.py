@@ -184,7 +184,7 @@ def test_the_summary_explains_each_variant_under_its_comparison_with_a_figure(tm
     assert labels[0] == "layer1.conv backward" and "layer1.bn forward (only in A)" in labels  # largest on top
 
 
-def test_a_study_measures_every_configuration_that_trains_layer_by_layer_at_its_first_batch_size():
+def test_a_study_measures_every_configuration_layer_by_layer_but_a_compiled_one():
     """Each variant and each repeat is a run of its own, so a variant comparison has runs to resample."""
     from benchlib.pipeline.study import layer_configs
     from benchlib.spec.study import parse_study
@@ -194,6 +194,42 @@ def test_a_study_measures_every_configuration_that_trains_layer_by_layer_at_its_
                        "variants": ["cpu-default", "cpu-quantized", "cpu-compiled",
                                     {"name": "cpu-channels-last", "memory_format": "channels_last"}]}, "s.yaml")
     picked = layer_configs(cfg, "cpu", "resnet18")
-    assert {(c.settings.variant, c.settings.seed) for c in picked} == {
-        (v, s) for v in ("cpu-default", "cpu-channels-last") for s in (0, 1)}
-    assert {c.batch_size for c in picked} == {8} and len({c.run_id for c in picked}) == 4
+    assert {(c.settings.variant, c.settings.seed, c.batch_size) for c in picked} == {
+        (v, s, b) for v in ("cpu-default", "cpu-quantized", "cpu-channels-last") for s in (0, 1) for b in (8, 16)}
+    assert len({c.run_id for c in picked}) == 12  # the compiled variant is not split: no layer owns its kernels
+
+
+def test_two_batch_sizes_are_split_per_sample_and_agree_with_the_throughput_verdict(tmp_path):
+    """Batch 16 against batch 64 (``diff --ignore batch_size``): B's step is 2.5x A's for 4x the samples, so per
+    sample B takes 0.625x A's time; the split is of the step over its batch, the verdict the throughput's."""
+    import json
+
+    import pandas as pd
+
+    from benchlib.report.tables.explain import PER_SAMPLE
+    from benchlib.report.tables.explain_rows import explain_sides
+    from benchlib.store.layout import ResultsLayout
+
+    rows = {"A": [], "B": []}
+    for side, batch, scale in (("A", 16, 1.0), ("B", 64, 2.5)):
+        parts = {k: v * scale for k, v in A_PARTS.items()}
+        for i in range(3):
+            run_id = f"cpu__m__bs{batch}__default__fp32__abc__seed{i}"
+            path = ResultsLayout.of(tmp_path).layers_path("box", run_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(_layer_file(parts, ROOFS_A, seed=10 * i + batch)))
+            step_s = sum(parts.values()) * MS * (1 + 0.01 * i)
+            rows[side].append({"machine": "box", "hardware": "cpu", "model": "m", "batch_size": batch,
+                               "status": "ok", "run_id": run_id, "results_dir": str(tmp_path),
+                               "process_uid": f"p{run_id}", "train_step_s_median": step_s,
+                               "train_samples_per_s": batch / step_s})
+    found = explain_sides("m", pd.DataFrame(rows["A"]), pd.DataFrame(rows["B"]))
+    e = found.training
+    whole_a = sum(A_PARTS.values()) * MS
+    assert e.metric == PER_SAMPLE and e.explained, e.why
+    assert e.a_s == pytest.approx(whole_a / 16, rel=0.05) and e.b_s == pytest.approx(whole_a * 2.5 / 64, rel=0.05)
+    assert e.delta_s < 0 and e.covered  # less time per sample in B, as the throughput's verdict says
+    top = e.parts.iloc[0]
+    assert (top["layer"], top["phase"]) == ("layer1.conv", "backward")
+    assert top["delta_s"] == pytest.approx(4.0 * MS * (2.5 / 64 - 1 / 16), rel=0.1)
+    assert whole_sentence(e).startswith("training step per sample: B less A -")

@@ -101,6 +101,21 @@ def test_layers_json_has_the_columns_the_checks_and_flops_that_sum_to_the_models
     assert len(saved) == 1 and json.loads(saved[0].read_text())["layers"] == data["layers"]
 
 
+def test_a_quantized_variant_splits_the_int8_copy_it_serves_not_the_float_model(tmp_path, capsys):
+    """The batch-1 forward of ``quantization=static_int8`` is the int8 copy's (fused, quantized modules), timed
+    per layer and placed on no roof: no int8 roof is measured, and an fp32 one would misplace it."""
+    code = main(["-q", "layers", "--model", "resnet18", "--data", "synthetic", "--batch-size", "8", "--image-size",
+                 "32", "--steps", "2", "--block", "1", "--json", "--results-dir", str(tmp_path),
+                 "--set", "quantization=static_int8"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    (saved,) = (tmp_path / "layers").glob("*.json")
+    forward = pd.DataFrame(json.loads(saved.read_text())["inference"]["layers"]).set_index("layer")
+    assert forward.loc["layer1.0.conv1", "kind"] == "ConvReLU2d"  # batch norm folded, ReLU fused: the int8 graph
+    assert "layer1.0.bn1" not in forward.index and forward["bound"].isna().all()
+    assert any("int8 copy the variant serves" in n for n in data["notes"])
+
+
 @pytest.mark.parametrize("extra,said", [
     (["--set", "compile=default"], "a compiled model runs fused kernels that no layer owns; allowed: compile: off"),
     (["--block", "0"], "layers: steps 20 and block 0; allowed: integers >= 1"),

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import copy
 import io
+import itertools
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -91,6 +93,23 @@ def quantize_static_int8(model: nn.Module, calibration_batches: Iterable[torch.T
         if seen == 0:
             raise ValueError("static int8 quantization needs at least one calibration batch")
         return convert_fx(prepared)
+
+
+CALIBRATION_BATCHES = 8  # training batches that set a static int8 model's activation ranges
+
+
+def quantized_copy(model: nn.Module, quantization: str, train_batches: Iterable[Any]) -> nn.Module:
+    """The int8 copy of a trained model that a quantized variant serves: ``static_int8`` calibrated on the first
+    ``CALIBRATION_BATCHES`` training batches (real images: the activation ranges must be real), or
+    ``dynamic`` int8 linears. The caller's model is left as it was."""
+    if quantization == "static_int8":
+        calibration = [x for x, _ in itertools.islice(iter(train_batches), CALIBRATION_BATCHES)]
+        if not calibration:
+            raise ValueError("static int8 quantization needs at least one calibration batch")
+        return quantize_static_int8(model, calibration, calibration[0])
+    if quantization == "dynamic":
+        return quantize_dynamic_linear(model)
+    raise ValueError(f"quantized_copy: quantization {quantization!r}; allowed: static_int8, dynamic")
 
 
 def _is_quantized_module(module: nn.Module) -> bool:

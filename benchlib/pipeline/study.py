@@ -289,12 +289,12 @@ def _run_pair_round(cfg: StudyConfig, hardware: str, model: str, paths: StudyPat
 
 
 def layer_configs(cfg: StudyConfig, hardware: str, model: str) -> list[RunConfig]:
-    """The configurations a study with ``layers: true`` measures layer by layer: every one at its first batch size
-    (each variant and each repeat, a run each, so a comparison's split has runs to resample), but those that
-    train nothing (quantized), compile (no layer owns a fused kernel) or sweep a setting (the profile notebook
-    takes no swept names, so its run id would not be the row's)."""
-    return [c for c in cfg.configs(hardware, model) if c.batch_size == cfg.batch_sizes[0] and not c.evaluates_only
-            and c.settings.knobs.compile == "off" and not c.swept]
+    """The configurations a study with ``layers: true`` measures layer by layer: every one (each batch size, each
+    variant and each repeat, a run each, so a comparison's split has runs to resample, two batch sizes are
+    compared per sample, and a quantized variant's int8 forward against its baseline's), but those that compile
+    (no layer owns a fused kernel) or sweep a setting (the profile notebook takes no swept names, so its run id
+    would not be the row's)."""
+    return [c for c in cfg.configs(hardware, model) if c.settings.knobs.compile == "off" and not c.swept]
 
 
 def _profile_pair(cfg: StudyConfig, hardware: str, model: str, paths: StudyPaths, cwd: Path,

@@ -41,6 +41,7 @@ from ..instruments.profiler import StepSpans, event_interval, is_host_event, ste
 from ..log import ProgressFn
 from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
 from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_forward_work, count_layer_work
+from ..nets.quantize import quantized_copy
 from ..roofline.cache import ensure_ceilings
 from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s, times_per_step
 from ..roofline.model import roof_dtype
@@ -202,8 +203,12 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                     prof.step()
             say(f"layers: {len(profiled)}/{steps} profiled steps")
         x, _ = next(batches)
-        forward = _Forwards(net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs)
-        inference = forward.measure(built.model, steps, block, on_gpu)
+        served, served_net = built.model, net
+        if s.knobs.quantization != "none":  # the variant serves an int8 copy of the trained model
+            served = served_net = quantized_copy(built.model.eval(), s.knobs.quantization, built.loaders.train)
+            built.model.train()
+        forward = _Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs)
+        inference = forward.measure(served, steps, block, on_gpu)
         say("layers: batch-1 forwards profiled")
     per_step = [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     kernels: dict[tuple[str, str], set[str]] = {}
@@ -236,8 +241,13 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
                "machine": machine_name(), "cache_bytes": cache_bytes},
         plain_steps_s=plain, plain_data_wait_s=waits, per_step=_series(per_step))
-    report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
-                                          bandwidth, element_bytes, cache_bytes)
+    if served is built.model:
+        report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
+                                              bandwidth, element_bytes, cache_bytes)
+    else:
+        report.inference = _int8_inference_figures(inference, served)
+        report.notes.append(f"batch-1 forward: the {s.knobs.quantization} int8 copy the variant serves, timed "
+                            "per layer but placed on no roof (no int8 roof is measured)")
     report.kernels = {key: sorted(names) for key, names in kernels.items()}
     report.notes += _notes(report)
     if on_gpu:
@@ -302,6 +312,18 @@ def _inference_figures(measured: dict[str, Any], work: Any, kinds: dict[str, str
                            cache_bytes=cache_bytes) if rows else pd.DataFrame()
     return {"batch_size": 1, "step_s": step_s, "steps": len(rows), "plain_steps_s": plain,
             "per_step": _series(rows), "layers": table.to_dict("records")}
+
+
+def _int8_inference_figures(measured: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """A quantized copy's batch-1 forward: each layer's time and kind, no bound (no int8 roof is measured)."""
+    plain, rows = measured["plain"], measured["per_step"]
+    kinds = {name: type(m).__name__ for name, m in leaf_modules(model).items()}
+    times = median_per_step(rows) if rows else pd.DataFrame(columns=["layer", "phase", "time_us"])
+    table = [{"layer": r["layer"], "phase": r["phase"], "kind": kinds.get(r["layer"], ""),
+              "time_s": float(r["time_us"]) * 1e-6, "bound": None, "roof_fraction": None}
+             for r in times.to_dict("records")]
+    return {"batch_size": 1, "step_s": statistics.median(plain) if plain else math.nan, "steps": len(rows),
+            "plain_steps_s": plain, "per_step": _series(rows), "layers": table}
 
 
 def gpu_l2_bytes(device: torch.device) -> int | None:

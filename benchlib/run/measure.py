@@ -7,7 +7,6 @@ record by :mod:`benchlib.run.columns`, and :mod:`benchlib.run.record` writes it 
 """
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Callable
@@ -48,8 +47,7 @@ from ..nets.flops import complexity_for_run
 from ..nets.quantize import (
     count_quantized_modules,
     model_size_on_disk_bytes,
-    quantize_dynamic_linear,
-    quantize_static_int8,
+    quantized_copy,
     unserved_copy,
 )
 from ..roofline.measured import Ceilings
@@ -60,8 +58,6 @@ from .faults import maybe_failing_loader, maybe_inject_setup
 from .measurement import Inference, Measurement, Quantized, SetUp, Training
 from .outcome import failure_status
 
-_CALIBRATION_BATCHES = 8
-
 
 def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunSettings,
                fp32_test: EvalResult) -> tuple[nn.Module, EvalResult, Quantized]:
@@ -70,11 +66,7 @@ def _quantized(model: nn.Module, loaders: Loaders, device: torch.device, s: RunS
     Static int8 is calibrated on training batches (real images: the activation ranges must be real).
     """
     model = model.eval()
-    if s.knobs.quantization == "static_int8":
-        calibration = [x for x, _ in itertools.islice(iter(loaders.train), _CALIBRATION_BATCHES)]
-        qmodel = quantize_static_int8(model, calibration, calibration[0])
-    else:
-        qmodel = quantize_dynamic_linear(model)
+    qmodel = quantized_copy(model, s.knobs.quantization, loaders.train)
     test = evaluate(qmodel, loaders.test, device)
     return qmodel, test, Quantized(fp32_model_size_bytes=model_size_on_disk_bytes(model),
                                    fp32_test_accuracy=None if loaders.synthetic else fp32_test.accuracy,

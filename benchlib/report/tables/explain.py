@@ -28,8 +28,10 @@ from ..evidence.stats import CLAIMS, CONFIDENCE, RESAMPLES, SEED, hierarchical_m
 
 Key = tuple[str, str]  # (layer, phase)
 TRAINING, INFERENCE = "train_step_s", "forward_bs1_s"  # what is split: a training step, a batch-1 forward
+PER_SAMPLE = "train_sample_s"  # a training step over its batch: two batch sizes are compared per sample
 COVERAGE_RANGE = (0.9, 1.1)  # the parts' sum over the measured difference where the split adds up
-WHAT = {TRAINING: "training step", INFERENCE: "batch-1 forward"}  # what each metric splits, in words
+WHAT = {TRAINING: "training step", INFERENCE: "batch-1 forward",
+        PER_SAMPLE: "training step per sample"}  # what each metric splits, in words
 _SPECIAL = {"(optimizer)": "the optimizer's step", "(unattributed)": "what no layer holds",
             "(data wait)": "waiting for the batch"}
 PART_COLUMNS = ("layer", "phase", "a_s", "b_s", "delta_s", "ci_low", "ci_high", "share", "only_in", "bound_a",
@@ -75,6 +77,14 @@ def run_of(data: Mapping[str, Any], inference: bool = False) -> LayerRun | None:
         return None
     medians = {(str(r["layer"]), str(r["phase"])): np.asarray([float(r["time_s"] or 0.0)]) for r in rows}
     return LayerRun(np.asarray([float(part["step_s"])]), medians, roofs, per_step=False)
+
+
+def per_sample(run: LayerRun, batch_size: int) -> LayerRun:
+    """A run's step and parts over its batch size: two batch sizes differ per sample, not per step."""
+    if batch_size < 1:
+        raise ValueError(f"per_sample: batch size {batch_size}; allowed: 1 or more")
+    return LayerRun(run.whole_s / batch_size, {k: v / batch_size for k, v in run.parts.items()}, run.roofs,
+                    run.per_step)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ from ..evidence.diff import paired
 from ..evidence.samples import MIN_RUNS, SampleFiles, SampleReader, compare_rows, noise_floor_pct
 from ..evidence.stats import PRACTICAL_THRESHOLD
 from ..readback.layers import layer_files_of
-from .explain import INFERENCE, TRAINING, Explanation, LayerRun, explain, run_of
+from .explain import INFERENCE, PER_SAMPLE, TRAINING, Explanation, LayerRun, explain, per_sample, run_of
 
-VERDICT_METRICS = {TRAINING: "train_step_s", INFERENCE: "latency_ms_p50"}
+# the rows' metric whose verdict a split must agree with (per sample: throughput, higher is faster)
+VERDICT_METRICS = {TRAINING: "train_step_s", INFERENCE: "latency_ms_p50", PER_SAMPLE: "train_samples_per_s"}
 
 
 @dataclass
@@ -56,8 +57,15 @@ def layers_command(row: Mapping[str, Any]) -> str:
     return shlex.join(words)
 
 
-def _runs(files: list[dict[str, Any]], inference: bool) -> list[LayerRun]:
-    return [r for f in files if (r := run_of(f, inference)) is not None]
+def _runs(files: list[dict[str, Any]], inference: bool, batch_size: int | None = None) -> list[LayerRun]:
+    runs = [r for f in files if (r := run_of(f, inference)) is not None]
+    return [per_sample(r, batch_size) for r in runs] if batch_size else runs
+
+
+def _batch_sizes(side_a: pd.DataFrame, side_b: pd.DataFrame) -> tuple[int, int] | None:
+    """Each side's batch size where they differ (``--ignore batch_size``): the step is then split per sample."""
+    a, b = set(side_a["batch_size"].astype(int)), set(side_b["batch_size"].astype(int))
+    return (a.pop(), b.pop()) if len(a) == len(b) == 1 and a != b else None
 
 
 def explain_sides(label: str, side_a: pd.DataFrame, side_b: pd.DataFrame, *, reader: SampleReader | None = None,
@@ -70,8 +78,10 @@ def explain_sides(label: str, side_a: pd.DataFrame, side_b: pd.DataFrame, *, rea
     for side, rows in (("A", missing_a), ("B", missing_b)):
         out.missing += [f"{side}: {label} ({row['run_id']}) has no per-layer table; measure it with "
                         f"`{layers_command(row)}` (in a study: `layers: true`)" for row in rows]
-    for metric, inference in ((TRAINING, False), (INFERENCE, True)):
-        runs_a, runs_b = _runs(files_a, inference), _runs(files_b, inference)
+    batches = _batch_sizes(side_a, side_b)
+    for metric, inference in ((PER_SAMPLE if batches else TRAINING, False), (INFERENCE, True)):
+        bs_a, bs_b = batches if batches and not inference else (None, None)
+        runs_a, runs_b = _runs(files_a, inference, bs_a), _runs(files_b, inference, bs_b)
         if not runs_a or not runs_b:
             continue
         verdict = compare_rows(side_b, side_a, VERDICT_METRICS[metric], reader, threshold=threshold).verdict
