@@ -12,8 +12,13 @@ each round's two processes run back to back, with the median of the per-round ra
 machine_speed.py, so many rounds and longer runs narrow it more than pairing does).
 
     .venv/bin/python benchmarks/overhead.py [--rounds 5] [--steps 30] [--threads 2] [--json out.json]
+        [--suspect NAME=KEY=VALUE ...]
 
-Target (issue 15): ratio >= 0.99 on a quiet machine.
+Each ``--suspect`` adds an arm: ``benchlib run`` with one of its parts switched off (``--suspect
+no-telemetry=telemetry=false``: the sampler thread and the interference watch that reads it), run in the
+same rounds, its order rotated with the others; its ratio to the bare loop says what that part costs.
+
+Target (issues 15 and 40): ratio within 0.99-1.01, its interval included, on a quiet machine, telemetry on.
 """
 from __future__ import annotations
 
@@ -63,11 +68,11 @@ def bare(args: argparse.Namespace) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def benchlib_run(args: argparse.Namespace) -> dict:
+def benchlib_run(args: argparse.Namespace, more: tuple[str, ...] = ()) -> dict:
     cmd = [*BENCHLIB, "run", "--model", "resnet18", "--data", "synthetic", "--batch-size", str(args.batch_size),
            "--steps", str(args.steps), "--threads", str(args.threads), "--set", f"image_size={args.image_size}",
            "--set", f"warmup_steps={args.warmup}", "--set", "lr=0.01", "--set", "synthetic_classes=10",
-           "--no-save", "--json", *args.extra]
+           "--no-save", "--json", *args.extra, *more]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=_env(args))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -88,27 +93,47 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--extra", nargs="*", default=[], help="more arguments for benchlib run (e.g. --set ...)")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--suspect", action="append", default=[], metavar="NAME=KEY=VALUE",
+                        help="an arm of benchlib run with one setting changed (repeatable)")
     args = parser.parse_args()
+    suspects = {}
+    for text in args.suspect:
+        name, _, setting = text.partition("=")
+        if not name or "=" not in setting:
+            parser.error(f"--suspect {text!r}; allowed: NAME=KEY=VALUE, e.g. no-telemetry=telemetry=false")
+        suspects[name] = ("--set", setting)
 
     from benchlib.report.evidence.stats import compare, spread
 
     bench, plain, ratios, interfered, drifted = [], [], [], [], []
+    arms: dict[str, list[float]] = {name: [] for name in suspects}
     t_start = time.perf_counter()
     for r in range(args.rounds):
-        first_bare = r % 2 == 1  # alternate which goes first, so a drifting machine favours neither
-        if first_bare:
-            plain.append(bare(args))
-        row = benchlib_run(args)
-        bench.append(float(row["train_samples_per_s"]))
-        interfered.append(row.get("interference"))
-        drifted.append(row.get("machine_drifted"))
-        if not first_bare:
-            plain.append(bare(args))
+        order = ["benchlib", "bare", *suspects]
+        order = order[r % len(order):] + order[:r % len(order)]  # rotated, so a drifting machine favours none
+        for arm in order:
+            if arm == "bare":
+                plain.append(bare(args))
+            elif arm == "benchlib":
+                row = benchlib_run(args)
+                bench.append(float(row["train_samples_per_s"]))
+                interfered.append(row.get("interference"))
+                drifted.append(row.get("machine_drifted"))
+            else:
+                arms[arm].append(float(benchlib_run(args, suspects[arm])["train_samples_per_s"]))
         ratios.append(bench[-1] / plain[-1])
-        print(f"round {r + 1}/{args.rounds}: benchlib {bench[-1]:.1f} samples/s, bare {plain[-1]:.1f} samples/s, "
-              f"ratio {ratios[-1]:.3f}{'  INTERFERED: ' + row['interference'] if row.get('interference') else ''}",
+        others = "".join(f", {name} {values[-1]:.1f}" for name, values in arms.items())
+        print(f"round {r + 1}/{args.rounds}: benchlib {bench[-1]:.1f} samples/s, bare {plain[-1]:.1f} samples/s"
+              f"{others}, ratio {ratios[-1]:.3f}"
+              f"{'  INTERFERED: ' + row['interference'] if row.get('interference') else ''}",
               file=sys.stderr, flush=True)
     c = compare(bench, plain, higher_is_better=True)
+    suspect_ratios = {}
+    for name, values in arms.items():
+        s = compare(values, plain, higher_is_better=True)
+        suspect_ratios[name] = {"samples_per_s": values, "ratio_to_bare": s.ratio, "ci_low": s.ci_low,
+                                "ci_high": s.ci_high}
+        print(f"{name}: {s.ratio:.3f} of the bare loop [{s.ci_low:.3f}, {s.ci_high:.3f}]", file=sys.stderr)
     # the rounds are pairs run back to back: the median of the per-round ratios cancels drift slower than a
     # round, which the ratio of the two sides' medians does not
     paired, paired_low, paired_high = spread(ratios)
@@ -116,7 +141,8 @@ def main() -> None:
               "ratio_of_medians": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict,
               "p_value": c.p_value, "test": c.test, "paired_ratio_median": paired, "paired_ci_low": paired_low,
               "paired_ci_high": paired_high, "machine_drifted_rounds": sum(bool(d) for d in drifted),
-              "target": 0.99, "meets_target": c.ratio >= 0.99, "interfered_rounds": sum(bool(i) for i in interfered),
+              "target": [0.99, 1.01], "meets_target": 0.99 <= c.ci_low and c.ci_high <= 1.01,
+              "suspects": suspect_ratios, "interfered_rounds": sum(bool(i) for i in interfered),
               "rounds": args.rounds, "steps": args.steps, "threads": args.threads, "batch_size": args.batch_size,
               "image_size": args.image_size, "extra": args.extra, "wall_s": time.perf_counter() - t_start}
     print(json.dumps(result))

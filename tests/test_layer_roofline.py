@@ -245,3 +245,27 @@ def test_a_precision_this_cpu_cannot_run_is_refused_in_one_line(tmp_path, monkey
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "has no bf16 kernels (oneDNN reports bf16 unsupported); allowed: precision fp32" in err
+
+
+def test_each_layer_is_judged_by_the_roof_of_its_kind():
+    """A depthwise convolution reaches a fraction of the 3x3's FLOP/s on any machine: judged by the whole roof
+    it reads memory-bound at 20%, by its own kind's compute-bound at 50%; a cache-resident batch norm meets
+    the cache's bandwidth, not DRAM's."""
+    from benchlib.nets.op_kinds import op_kind
+
+    assert [op_kind(m) for m in (torch.nn.Conv2d(8, 8, 3), torch.nn.Conv2d(8, 16, 1),
+                                 torch.nn.Conv2d(8, 8, 3, groups=8), torch.nn.Conv2d(8, 8, 7, groups=2),
+                                 torch.nn.Linear(4, 2), torch.nn.BatchNorm2d(8))] == [
+        "conv3x3", "conv1x1", "depthwise", "conv3x3", "matmul", "elementwise"]
+    roofs = {("depthwise", False): (20e9, 10e9), ("elementwise", True): (400e9, 50e9)}
+    times = _times(("dw", "forward", 1, 4000.0), ("bn", "forward", 1, 100.0))
+    flops, moved = {("dw", "forward"): 40e6, ("bn", "forward"): 0}, {("dw", "forward"): 8e6, ("bn", "forward"): 1e6}
+    whole = layer_roofline(times, flops, moved, {}, step_s=0.01, peak_flops_per_s=400e9,
+                           bandwidth_bytes_per_s=10e9, cache_bytes=2**20).set_index("layer")
+    assert whole.loc["dw", "bound"] == "memory" and whole.loc["dw", "roof_fraction"] == pytest.approx(0.2)
+    table = layer_roofline(times, flops, moved, {}, step_s=0.01, peak_flops_per_s=400e9, bandwidth_bytes_per_s=10e9,
+                           cache_bytes=2**20, op_kinds={"dw": "depthwise", "bn": "elementwise"},
+                           roof_of=lambda kind, resident: roofs.get((kind, resident), (400e9, 10e9))).set_index("layer")
+    assert table.loc["dw", "op_kind"] == "depthwise" and not table.loc["dw", "cache_resident"]
+    assert table.loc["dw", "bound"] == "compute" and table.loc["dw", "roof_fraction"] == pytest.approx(0.5)
+    assert table.loc["bn", "cache_resident"] and table.loc["bn", "roof_time_s"] == pytest.approx(1e6 / 50e9)

@@ -51,7 +51,9 @@ def test_cpu_ceilings_are_finite_positive_and_complete(cpu_ceilings: rl.Ceilings
 
 def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: rl.Ceilings) -> None:
     c = cpu_ceilings
-    expected_keys = {f"{op}_{d}_s" for d in c.peak_flops_per_s for op in ("matmul", "conv")} | {"copy_s"}
+    expected_keys = {key.format(d) for d in c.peak_flops_per_s
+                     for key in ("matmul_{}_s", "conv_{}_s", "conv3x3_{}_s", "conv1x1_{}_s", "depthwise_{}_2x32x16_s",
+                                 f"add_{{}}_{2 * 2**20}_s", f"add_{{}}_{256 * 2**10}_s")} | {"copy_s"}
     assert set(c.samples) == expected_keys == set(c.iqr_over_median)
     for values in c.samples.values():
         assert len(values) == 3 and all(_positive_finite(v) for v in values)
@@ -60,10 +62,12 @@ def test_samples_have_one_entry_per_repeat_and_give_the_median(cpu_ceilings: rl.
         conv = 2 * 2 * 32 * 32 * 9 * 16 * 16 / sorted(c.samples[f"conv_{dtype}_s"])[1]
         assert c.matmul_flops_per_s[dtype] == pytest.approx(matmul)
         assert c.conv_flops_per_s[dtype] == pytest.approx(conv)
-        assert peak == max(c.matmul_flops_per_s[dtype], c.conv_flops_per_s[dtype])  # the faster is the roof
+        kinds = [c.kind_flops_per_s[k][dtype] for k in ("conv3x3", "conv1x1", "depthwise", "matmul")]
+        assert peak == max(c.matmul_flops_per_s[dtype], c.conv_flops_per_s[dtype], *kinds)  # the fastest is the roof
     assert c.conv_shape == [2, 32, 16] and rl_ceilings.conv_flops(2, 32, 16) == 2 * 2 * 32 * 32 * 9 * 16 * 16
     assert c.conv_kernel == 3 and "a 3x3 convolution" in c.method
-    assert c.bandwidth_bytes_per_s == pytest.approx(2 * 8 * 2**20 / sorted(c.samples["copy_s"])[1])
+    copy = 2 * 8 * 2**20 / sorted(c.samples["copy_s"])[1]
+    assert c.bandwidth_bytes_per_s == pytest.approx(max(copy, *c.kind_bandwidth_bytes_per_s["dram"].values()))
     assert all(v >= 0 for v in c.iqr_over_median.values())
 
 
@@ -243,6 +247,42 @@ def test_ceilings_measured_without_a_convolution_are_stale(cpu_ceilings: rl.Ceil
     older = dataclasses.replace(cpu_ceilings, conv_flops_per_s={}, matmul_flops_per_s={})
     assert stale_reason(older, torch.device("cpu")) == ("measured without a convolution ceiling (an older benchlib): "
                                                         "its compute roof is a matmul's only")
+
+
+def test_each_kind_of_operation_has_its_roof_per_dtype_from_its_own_samples(cpu_ceilings: rl.Ceilings) -> None:
+    c = cpu_ceilings
+    for dtype in c.peak_flops_per_s:
+        assert set(c.kind_flops_per_s) == {"conv3x3", "conv1x1", "depthwise", "matmul"}
+        assert c.kind_flops_per_s["conv3x3"][dtype] == pytest.approx(
+            rl_ceilings.conv_flops(2, 32, 16) / sorted(c.samples[f"conv3x3_{dtype}_s"])[1])
+        assert c.kind_flops_per_s["conv1x1"][dtype] == pytest.approx(
+            rl_ceilings.conv_flops(2, 32, 16, 1) / sorted(c.samples[f"conv1x1_{dtype}_s"])[1])
+        assert c.kind_flops_per_s["depthwise"][dtype] == pytest.approx(
+            2 * 2 * 32 * 9 * 16 * 16 / sorted(c.samples[f"depthwise_{dtype}_2x32x16_s"])[1])
+        assert c.kind_flops_per_s["matmul"][dtype] == c.matmul_flops_per_s[dtype]
+        assert c.kind_bandwidth_bytes_per_s["dram"][dtype] == pytest.approx(
+            3 * 2 * 2**20 / sorted(c.samples[f"add_{dtype}_{2 * 2**20}_s"])[1])
+        assert c.kind_bandwidth_bytes_per_s["cache"][dtype] == pytest.approx(
+            3 * 256 * 2**10 / sorted(c.samples[f"add_{dtype}_{256 * 2**10}_s"])[1])
+    assert "depthwise 3x3: 2x32x16" in c.method and "three 2 MiB tensors" in c.method
+
+
+def test_a_layer_meets_the_roof_of_its_kind_and_where_its_tensors_live() -> None:
+    c = rl.Ceilings("cpu", "cpu", peak_flops_per_s={"fp32": 400.0}, bandwidth_bytes_per_s=10.0,
+                    kind_flops_per_s={"conv3x3": {"fp32": 400.0}, "depthwise": {"fp32": 20.0}},
+                    kind_bandwidth_bytes_per_s={"dram": {"fp32": 8.0}, "cache": {"fp32": 50.0}})
+    assert c.kind_roof("depthwise", "fp32") == (20.0, 10.0)  # DRAM: the copy's 10, higher than the add's 8
+    assert c.kind_roof("depthwise", "fp32", cache_resident=True) == (20.0, 50.0)
+    assert c.kind_roof("conv1x1", "fp32") == (400.0, 10.0)  # a kind not measured: the whole roof
+    best = rl.best_of([c, dataclasses.replace(c, kind_flops_per_s={"depthwise": {"fp32": 30.0}})])
+    assert best.kind_flops_per_s == {"conv3x3": {"fp32": 400.0}, "depthwise": {"fp32": 30.0}}
+
+
+def test_ceilings_measured_without_roofs_per_kind_are_stale(cpu_ceilings: rl.Ceilings) -> None:
+    from benchlib.roofline.cache import stale_reason
+
+    older = dataclasses.replace(cpu_ceilings, kind_flops_per_s={})
+    assert "without roofs per kind of operation" in stale_reason(older, torch.device("cpu"))
 
 
 def test_load_ceilings_refuses_a_missing_folder(tmp_path: Path) -> None:

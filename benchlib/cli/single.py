@@ -285,6 +285,11 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         for dtype, value in ceilings.peak_flops_per_s.items():
             print(f"peak {dtype:>5}: {value / 1e9:10.1f} GFLOP/s")
         print(f"bandwidth : {ceilings.bandwidth_bytes_per_s / 1e9:10.1f} GB/s (bytes read + written)")
+        print("the roof of each kind of operation (a layer meets its own kind's):")
+        for kind, per_dtype in ceilings.kind_flops_per_s.items():
+            print(f"  {kind:>9}: " + ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in per_dtype.items()))
+        for kind, per_dtype in ceilings.kind_bandwidth_bytes_per_s.items():
+            print(f"  {kind:>9}: " + ", ".join(f"{d} {v / 1e9:.1f} GB/s" for d, v in per_dtype.items()))
     return 0
 
 

@@ -51,6 +51,8 @@ def stale_reason(cached: Ceilings, device: torch.device) -> str | None:
     if cached.conv_kernel != CONV_KERNEL[device.type]:
         return (f"its convolution roof is a {cached.conv_kernel}x{cached.conv_kernel} one's, not a "
                 f"{CONV_KERNEL[device.type]}x{CONV_KERNEL[device.type]} (a Winograd kernel can lift a 3x3's)")
+    if cached.peak_flops_per_s and not cached.kind_flops_per_s:
+        return "measured without roofs per kind of operation (an older benchlib): each layer needs its kind's"
     if cached.torch and cached.torch != torch.__version__:
         return f"measured with torch {cached.torch}, not {torch.__version__}"
     if device.type == "cuda":

@@ -55,9 +55,22 @@ DEFAULT_CONV_SHAPE = {"cpu": (16, 256, 14), "cuda": (64, 1024, 28), "mps": (32, 
 # 1x1 convolution has no such shortcut (it is implicit GEMM), so CUDA's conv roof is a 1x1's; oneDNN runs
 # direct convolutions on a CPU, where the 3x3 is the faster and honest one.
 CONV_KERNEL = {"cpu": 3, "cuda": 1, "mps": 3}
+# The roof of each kind of operation a layer is judged by (spec.vocab.OP_KINDS), per device: the
+# (batch, channels, side) of a 3x3, a 1x1 and a depthwise 3x3 convolution; the bytes of each tensor of an
+# elementwise add on DRAM-sized tensors; and the sizes tried for cache-sized ones (the highest is the
+# cache's roof: a layer whose tensors fit in the last-level cache meets it, none can beat it).
+KIND_SHAPES = {"cpu": {"conv3x3": (16, 256, 14), "conv1x1": (16, 512, 14), "depthwise": ((4, 128, 28), (16, 128, 28))},
+               "cuda": {"conv3x3": (32, 512, 28), "conv1x1": (64, 1024, 28), "depthwise": ((32, 256, 56),
+                                                                                          (128, 512, 56))},
+               "mps": {"conv3x3": (32, 256, 56), "conv1x1": (32, 512, 28), "depthwise": ((8, 128, 56),
+                                                                                         (32, 256, 56))}}
+DRAM_TENSOR_BYTES = {"cpu": 128 * MIB, "cuda": 512 * MIB, "mps": 256 * MIB}
+CACHE_TENSOR_BYTES = {"cpu": (256 * 2**10, 1 * MIB, 4 * MIB), "cuda": (1 * MIB, 4 * MIB, 8 * MIB),
+                      "mps": (1 * MIB, 4 * MIB)}
 # How ceilings are measured, as a version: raise it when the method changes, and every machine cache's roof is
-# measured again (a matmul alone was version 1; the 3x3 convolution beside it made version 2).
-METHOD_VERSION = "ceilings-2"
+# measured again (a matmul alone was version 1; the 3x3 convolution beside it made version 2; the roofs per
+# kind of operation, version 3).
+METHOD_VERSION = "ceilings-3"
 DEFAULT_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "tf32", "fp16", "bf16"), "mps": ("fp32", "fp16")}
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -167,18 +180,76 @@ def conv_flops(batch: int, channels: int, side: int, kernel: int = 3) -> int:
 
 
 def _measure_conv(dtype_name: str, shape: Sequence[int], device: torch.device, repeats: int,
-                  warmup: int, kernel: int = 3) -> tuple[list[float], int]:
+                  warmup: int, kernel: int = 3, depthwise: bool = False) -> tuple[list[float], int]:
     """Seconds per ``kernel`` x ``kernel`` convolution of ``shape`` (batch, channels, side) in ``dtype_name``,
-    same padding, channels-last (the layout oneDNN and cuDNN run fastest; a roof is the fastest)."""
+    same padding, channels-last (the layout oneDNN and cuDNN run fastest; a roof is the fastest); one filter
+    per channel where ``depthwise``."""
     batch, channels, side = shape
     dtype = _TORCH_DTYPES[dtype_name]
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(batch, channels, side, side, generator=gen).to(device=device, dtype=dtype)
-    w = torch.randn(channels, channels, kernel, kernel, generator=gen).to(device=device, dtype=dtype)
+    w = torch.randn(channels, 1 if depthwise else channels, kernel, kernel, generator=gen).to(device=device,
+                                                                                             dtype=dtype)
     x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+    groups = channels if depthwise else 1
     with torch.no_grad(), _precision_context(dtype_name, device):
-        return _time_per_op_s(lambda: torch.nn.functional.conv2d(x, w, padding=kernel // 2), device, repeats,
-                              warmup)
+        return _time_per_op_s(lambda: torch.nn.functional.conv2d(x, w, padding=kernel // 2, groups=groups), device,
+                              repeats, warmup)
+
+
+def depthwise_flops(batch: int, channels: int, side: int, kernel: int = 3) -> int:
+    """FLOPs of one depthwise ``kernel`` x ``kernel`` convolution: one filter per channel, same padding."""
+    return 2 * batch * channels * kernel * kernel * side * side
+
+
+def _measure_add(dtype_name: str, tensor_bytes: int, device: torch.device, repeats: int,
+                 warmup: int) -> tuple[list[float], int]:
+    """Seconds per ``torch.add(a, b, out=c)`` of three tensors of ``tensor_bytes`` each (2 read, 1 written)."""
+    dtype = _TORCH_DTYPES[dtype_name]
+    n = max(1, tensor_bytes // torch.empty((), dtype=dtype).element_size())
+    a, b, c = (torch.full((n,), 1.0 + i, dtype=dtype, device=device) for i in range(3))
+    return _time_per_op_s(lambda: torch.add(a, b, out=c), device, repeats, warmup)
+
+
+def measure_kind_roofs(dtypes: Sequence[str], device: torch.device, repeats: int, warmup: int,
+                       matmul_flops_per_s: dict[str, float], conv_shape: Sequence[int] | None = None,
+                       tensor_bytes: int | None = None) -> tuple[dict[str, dict[str, float]],
+                                                                 dict[str, dict[str, float]],
+                                                                 dict[str, list[float]], str]:
+    """Per kind of operation and dtype, the FLOP/s of its roof (``conv3x3``, ``conv1x1``, ``depthwise``; the
+    ``matmul``'s is measured by the caller) and the bytes/s of elementwise work on DRAM-sized and cache-sized
+    tensors (``dram``, ``cache``: the highest of ``CACHE_TENSOR_BYTES``), with the raw samples behind each and
+    how they were measured, in words. ``conv_shape`` and ``tensor_bytes`` replace every convolution's shape and
+    the DRAM add's tensor size (a quick look, or a test: the cache's is then the smaller of it and 256 KiB)."""
+    shapes = dict(KIND_SHAPES[device.type])
+    if conv_shape is not None:
+        shapes.update(conv3x3=tuple(conv_shape), conv1x1=tuple(conv_shape), depthwise=(tuple(conv_shape),))
+    dram = tensor_bytes or DRAM_TENSOR_BYTES[device.type]
+    cache = (min(tensor_bytes, 256 * 2**10),) if tensor_bytes else CACHE_TENSOR_BYTES[device.type]
+    flops: dict[str, dict[str, float]] = {"matmul": dict(matmul_flops_per_s)}
+    bandwidth: dict[str, dict[str, float]] = {"dram": {}, "cache": {}}
+    samples: dict[str, list[float]] = {}
+    for name in dtypes:
+        for kind, kernel in (("conv3x3", 3), ("conv1x1", 1)):
+            shape = shapes[kind]
+            per_s, _ = _measure_conv(name, shape, device, repeats, warmup, kernel)
+            samples[f"{kind}_{name}_s"] = per_s
+            flops.setdefault(kind, {})[name] = conv_flops(*shape, kernel=kernel) / Samples.of(per_s).median
+        for shape in shapes["depthwise"]:
+            per_s, _ = _measure_conv(name, shape, device, repeats, warmup, 3, depthwise=True)
+            samples[f"depthwise_{name}_{shape[0]}x{shape[1]}x{shape[2]}_s"] = per_s
+            figure = depthwise_flops(*shape) / Samples.of(per_s).median
+            flops.setdefault("depthwise", {})[name] = max(figure, flops.get("depthwise", {}).get(name, 0.0))
+        storage = "fp32" if name == "tf32" else name  # tf32 is a product's mode: its tensors are fp32
+        for kind, sizes in (("dram", (dram,)), ("cache", cache)):
+            for size in sizes:
+                per_s, _ = _measure_add(storage, size, device, repeats, warmup)
+                samples[f"add_{name}_{size}_s"] = per_s
+                figure = 3 * size / Samples.of(per_s).median
+                bandwidth[kind][name] = max(figure, bandwidth[kind].get(name, 0.0))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return flops, bandwidth, samples, _kinds_method(shapes, dram, cache)
 
 
 def _measure_copy(n_bytes: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
@@ -249,11 +320,17 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         conv_peaks[name] = conv_flops(shape[0], shape[1], shape[2], kernel) / Samples.of(per_conv_s).median
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    peak_flops_per_s = {name: max(matmul_peaks[name], conv_peaks[name]) for name in chosen}
+    kind_flops, kind_bandwidth, kind_samples, kinds_method = measure_kind_roofs(
+        chosen, dev, repeats, warmup, matmul_peaks, conv_shape, copy_bytes // 4 if copy_bytes else None)
+    samples.update(kind_samples)
+    # the whole model's roof keeps the highest product, but on CUDA not a 3x3's: Winograd would inflate it
+    whole_kinds = [k for k in kind_flops if not (dev.type == "cuda" and k == "conv3x3")]
+    peak_flops_per_s = {name: max(matmul_peaks[name], conv_peaks[name],
+                                  *(kind_flops[k].get(name, 0.0) for k in whole_kinds)) for name in chosen}
 
     per_copy_s, copies_per_repeat = _measure_copy(n_bytes, dev, repeats, warmup)
     samples["copy_s"] = per_copy_s
-    bandwidth_bytes_per_s = 2 * n_bytes / Samples.of(per_copy_s).median
+    bandwidth_bytes_per_s = max(2 * n_bytes / Samples.of(per_copy_s).median, *kind_bandwidth["dram"].values())
     if dev.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -265,6 +342,7 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         matmul_size=n, matmul_products_per_repeat=products_per_repeat, copy_bytes=n_bytes,
         copies_per_repeat=copies_per_repeat, repeats=repeats, warmup=warmup, threads=torch.get_num_threads(),
         matmul_flops_per_s=matmul_peaks, conv_flops_per_s=conv_peaks, conv_shape=shape, conv_kernel=kernel,
+        kind_flops_per_s=kind_flops, kind_bandwidth_bytes_per_s=kind_bandwidth,
         torch=torch.__version__, driver=driver_version()[0] if dev.type == "cuda" else None,
         measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(
@@ -276,9 +354,20 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
             f"enough products to last >= {MIN_REPEAT_S} s; a sample is one repeat's seconds / its products; "
             "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "
             f"bandwidth: dst.copy_(src) of {n_bytes} bytes, moved = read + written = {2 * n_bytes} bytes per copy, "
-            "timed the same way; bandwidth = bytes moved / median sample."
+            "timed the same way; bandwidth = bytes moved / median sample, or the DRAM add's where higher. "
+            f"Per kind of operation (each layer is judged by its own): {kinds_method}"
         ),
     )
+
+
+def _kinds_method(shapes: dict[str, Any], dram_bytes: int, cache_bytes: Sequence[int]) -> str:
+    depthwise = " and ".join("x".join(map(str, s)) for s in shapes["depthwise"])
+    cache = ", ".join(f"{b / 2**10:g} KiB" for b in cache_bytes)
+    return (f"conv3x3 and conv1x1: batch x channels x side {'x'.join(map(str, shapes['conv3x3']))} and "
+            f"{'x'.join(map(str, shapes['conv1x1']))}, channels in = out; depthwise 3x3: {depthwise}, the higher; "
+            f"matmul: the product above; dram: torch.add(a, b, out=c) of three {dram_bytes / MIB:g} MiB tensors, "
+            f"3 tensors' bytes moved per add; cache: the same at {cache} per tensor, the highest. Each timed as "
+            "the products are.")
 
 
 def measure_watched(device: str | torch.device, threshold_pct: float = DEFAULT_THRESHOLD_PCT,

@@ -12,15 +12,16 @@ times is the step the roofline predicts; predicted over measured is the configur
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pandas as pd
 
 from .model import ABOVE_ROOF_TOLERANCE
 
-LAYER_COLUMNS = ("layer", "kind", "phase", "calls", "flops", "bytes", "intensity_flops_per_byte", "time_s",
-                 "achieved_flops_per_s", "roof_flops_per_s", "roof_time_s", "roof_fraction", "bound", "share",
-                 "above_roof", "cache_resident")
+LAYER_COLUMNS = ("layer", "kind", "op_kind", "phase", "calls", "flops", "bytes", "intensity_flops_per_byte",
+                 "time_s", "achieved_flops_per_s", "roof_flops_per_s", "roof_time_s", "roof_fraction", "bound",
+                 "share", "above_roof", "cache_resident")
+RoofOf = Callable[[str, bool], tuple[float, float]]  # (op kind, cache-resident) -> (FLOP/s, bytes/s) of its roof
 
 
 def median_per_step(per_step: list[pd.DataFrame]) -> pd.DataFrame:
@@ -49,38 +50,42 @@ def roof_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float, bandw
 def layer_roofline(times: pd.DataFrame, flops: Mapping[tuple[str, str], int],
                    bytes_moved: Mapping[tuple[str, str], float], kinds: Mapping[str, str], *,
                    step_s: float, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-                   cache_bytes: int | None = None) -> pd.DataFrame:
+                   cache_bytes: int | None = None, op_kinds: Mapping[str, str] | None = None,
+                   roof_of: RoofOf | None = None) -> pd.DataFrame:
     """One row per (layer, phase) of ``times`` (median seconds a step, ``median_per_step``), in
-    ``LAYER_COLUMNS``: its work, where it sits against the roof, and its share of ``step_s``.
+    ``LAYER_COLUMNS``: its work, where it sits against the roof of its kind, and its share of ``step_s``.
 
-    ``bound`` is which roof caps the layer (``compute`` at or right of the ridge, ``memory`` left of it);
-    ``above_roof`` flags a layer faster than its roof allows (a counting or timing error; a working set
-    of at most ``cache_bytes`` that the last-level cache serves faster than DRAM: ``cache_resident``; or a
-    3x3 stride-1 convolution that cuDNN ran as Winograd, fewer multiplies than the nominal count).
-    Rows without counted work (the unattributed rest) keep their time and share and place nothing.
+    ``roof_of`` gives the roof of a layer's kind of operation (``op_kinds``: a layer not named there is
+    ``elementwise``) and of where its tensors live (``cache_resident``: a working set of at most ``cache_bytes``
+    a call, which the last-level cache serves faster than DRAM); without it every layer meets
+    ``peak_flops_per_s`` and ``bandwidth_bytes_per_s``. ``bound`` is which roof caps the layer (``compute`` at
+    or right of its roof's ridge, ``memory`` left of it); ``above_roof`` flags a layer faster than its roof
+    allows (a counting or timing error, or a 3x3 stride-1 convolution that cuDNN ran as Winograd, fewer
+    multiplies than the nominal count). Rows without counted work (the unattributed rest) keep their time and
+    share and place nothing.
     """
-    ridge = peak_flops_per_s / bandwidth_bytes_per_s
     rows = []
     for r in times.itertuples():
         key = (str(r.layer), str(r.phase))
         time_s = float(r.time_us) / 1e6
-        entry: dict[str, object] = {"layer": key[0], "kind": kinds.get(key[0], ""), "phase": key[1],
-                                    "calls": int(r.calls), "time_s": time_s,
+        op_kind = (op_kinds or {}).get(key[0], "elementwise")
+        entry: dict[str, object] = {"layer": key[0], "kind": kinds.get(key[0], ""), "op_kind": op_kind,
+                                    "phase": key[1], "calls": int(r.calls), "time_s": time_s,
                                     "share": time_s / step_s if step_s > 0 else math.nan}
         if key in flops or key in bytes_moved:
             f, b = float(flops.get(key, 0)), float(bytes_moved.get(key, 0.0))
+            resident = bool(cache_bytes is not None and b / max(int(r.calls), 1) <= cache_bytes)
+            peak, bandwidth = (roof_of(op_kind, resident) if roof_of is not None
+                               else (peak_flops_per_s, bandwidth_bytes_per_s))
             intensity = f / b if b > 0 else math.nan
-            roof_s = roof_time_s(f, b, peak_flops_per_s, bandwidth_bytes_per_s)
+            roof_s = roof_time_s(f, b, peak, bandwidth)
             fraction = roof_s / time_s if time_s > 0 else math.nan
-            per_call_bytes = b / max(int(r.calls), 1)
             entry.update(flops=f, bytes=b, intensity_flops_per_byte=intensity,
                          achieved_flops_per_s=f / time_s if time_s > 0 else math.nan,
-                         roof_flops_per_s=(min(peak_flops_per_s, intensity * bandwidth_bytes_per_s)
-                                           if f > 0 and b > 0 else math.nan),
+                         roof_flops_per_s=min(peak, intensity * bandwidth) if f > 0 and b > 0 else math.nan,
                          roof_time_s=roof_s, roof_fraction=fraction,
-                         bound="compute" if f > 0 and intensity >= ridge else "memory",
-                         above_roof=bool(fraction > ABOVE_ROOF_TOLERANCE),
-                         cache_resident=bool(cache_bytes is not None and per_call_bytes <= cache_bytes))
+                         bound="compute" if f > 0 and intensity >= peak / bandwidth else "memory",
+                         above_roof=bool(fraction > ABOVE_ROOF_TOLERANCE), cache_resident=resident)
         rows.append(entry)
     return pd.DataFrame(rows, columns=list(LAYER_COLUMNS))
 

@@ -58,9 +58,22 @@ class Ceilings:
     conv_flops_per_s: dict[str, float] = field(default_factory=dict)
     conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the roof's convolution
     conv_kernel: int = 3  # its kernel size: 3 on a CPU, 1 on CUDA (no Winograd shortcut to inflate the roof)
+    # the roof of each kind of operation a layer is judged by (spec.vocab.OP_KINDS), per dtype: FLOP/s of
+    # conv3x3, conv1x1, depthwise and matmul; bytes/s of elementwise work on DRAM- and cache-sized tensors
+    kind_flops_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    kind_bandwidth_bytes_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
     # the conditions it was measured under (env.fingerprint): the machine cache keeps it only while they hold
     fingerprint: dict[str, str] = field(default_factory=dict)
     path: str | None = None
+
+    def kind_roof(self, kind: str, dtype: str, cache_resident: bool = False) -> tuple[float, float]:
+        """The (FLOP/s, bytes/s) roof a layer of ``kind`` (``spec.vocab.OP_KINDS``) in ``dtype`` meets: its
+        kind's product (the whole roof for elementwise work or a kind not measured), and the cache's bandwidth
+        where its tensors fit in the last-level cache, else DRAM's."""
+        peak = self.kind_flops_per_s.get(kind, {}).get(dtype) or self.peak_flops_per_s[dtype]
+        where = "cache" if cache_resident else "dram"
+        bandwidth = self.kind_bandwidth_bytes_per_s.get(where, {}).get(dtype) or 0.0
+        return peak, max(bandwidth, self.bandwidth_bytes_per_s)  # a roof is the highest figure measured for it
 
     @property
     def ridge_point_flops_per_byte(self) -> dict[str, float]:
@@ -101,6 +114,11 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
         return out
 
     peaks = highest(lambda a: a.peak_flops_per_s)
+
+    def highest_per_kind(figures: Callable[[Ceilings], dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+        kinds = dict.fromkeys(k for a in attempts for k in figures(a))
+        return {k: highest(lambda a, k=k: figures(a).get(k, {})) for k in kinds}
+
     quiet = [a for a in attempts if not a.interfered]
     watched = [a for a in attempts if a.interfered is not None]
     least = min(quiet or attempts, key=lambda a: a.interference_cpu_pct or 0.0)
@@ -108,6 +126,8 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
         attempts[0], peak_flops_per_s=peaks, bandwidth_bytes_per_s=max(a.bandwidth_bytes_per_s for a in attempts),
         matmul_flops_per_s=highest(lambda a: a.matmul_flops_per_s),
         conv_flops_per_s=highest(lambda a: a.conv_flops_per_s),
+        kind_flops_per_s=highest_per_kind(lambda a: a.kind_flops_per_s),
+        kind_bandwidth_bytes_per_s=highest_per_kind(lambda a: a.kind_bandwidth_bytes_per_s),
         attempts=sum(max(1, a.attempts) for a in attempts),
         attempt_peaks_flops_per_s=[p for a in attempts for p in (a.attempt_peaks_flops_per_s or
                                                                   [dict(a.peak_flops_per_s)])],

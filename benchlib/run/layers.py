@@ -41,9 +41,10 @@ from ..instruments.profiler import StepSpans, event_interval, is_host_event, ste
 from ..log import ProgressFn
 from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
 from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_forward_work, count_layer_work
+from ..nets.op_kinds import op_kinds
 from ..nets.quantize import quantized_copy
 from ..roofline.cache import ensure_ceilings
-from ..roofline.layers import layer_roofline, median_per_step, predicted_step_s, times_per_step
+from ..roofline.layers import RoofOf, layer_roofline, median_per_step, predicted_step_s, times_per_step
 from ..roofline.model import roof_dtype
 from ..spec.settings import RunConfig
 from ..spec.vocab import DATA_WAIT_LAYER
@@ -227,9 +228,14 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     step_s = statistics.median(plain)
     peak, bandwidth = ceilings.peak_flops_per_s[dtype], ceilings.bandwidth_bytes_per_s
     cache_bytes = gpu_l2_bytes(device) if on_gpu else last_level_cache_bytes()
+    ops = op_kinds(leaf_modules(built.model))
+
+    def roof_of(kind: str, resident: bool) -> tuple[float, float]:
+        return ceilings.kind_roof(kind, dtype, resident)
+
     table = layer_roofline(times, work.flops, {k: v * element_bytes for k, v in work.elements.items()}, kinds,
                            step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
-                           cache_bytes=cache_bytes)
+                           cache_bytes=cache_bytes, op_kinds=ops, roof_of=roof_of)
     placed = table[~table["layer"].isin([UNATTRIBUTED, DATA_WAIT_LAYER])]
     report = LayerReport(
         run_id=cfg.run_id, table=table, step_s=step_s, instrumented_step_s=statistics.median(profiled),
@@ -243,7 +249,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         plain_steps_s=plain, plain_data_wait_s=waits, per_step=_series(per_step))
     if served is built.model:
         report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
-                                              bandwidth, element_bytes, cache_bytes)
+                                              bandwidth, element_bytes, cache_bytes, ops, roof_of)
     else:
         report.inference = _int8_inference_figures(inference, served)
         report.notes.append(f"batch-1 forward: the {s.knobs.quantization} int8 copy the variant serves, timed "
@@ -278,38 +284,76 @@ class _Forwards:
         return time.perf_counter() - start
 
     def measure(self, model: torch.nn.Module, steps: int, block: int, on_gpu: bool) -> dict[str, Any]:
-        """The plain forwards' seconds and each profiled forward's rows (``_step_rows``, no optimizer)."""
+        """The plain forwards' seconds and each timed-by-layer forward's rows (``_step_rows``' columns, no
+        optimizer): on a GPU from the profiler's device timeline, on a CPU from the host clock in module hooks
+        (``_hooked``: the profiler's cost per op, up to 1.5x a batch-1 forward, differs between an fp32 and an
+        int8 model and would not let their split add up to their difference)."""
         self.net.eval()
         for _ in range(3):
             self.one()
         plain: list[float] = []
         cycles: list[list[Any]] = []
+        rows: list[pd.DataFrame] = []
         done = 0
         while done < steps:
             n = min(block, steps - done)
             plain += [self.one() for _ in range(n)]
-            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
+            if not on_gpu:
+                rows += self._hooked(leaf_modules(model), n)
+                done += n
+                continue
             with layer_ranges(leaf_modules(model)), profile(
-                    activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
+                    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                    schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
                     on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
                 for _ in range(n + 1):
                     self.one()
                     prof.step()
             done += n
         self.net.train()
-        rows = [_step_rows(events, span, on_gpu, optimizer=False) for events in cycles for span in step_spans(events)]
+        rows += [_step_rows(events, span, on_gpu, optimizer=False) for events in cycles for span in step_spans(events)]
         return {"plain": plain, "per_step": rows}
+
+    def _hooked(self, leaves: dict[str, torch.nn.Module], n: int) -> list[pd.DataFrame]:
+        """``n`` forwards, each leaf module's calls timed by the host clock in a pre- and a post-hook (a CPU runs
+        the layers on the host: its clock is their time); what no leaf holds is the forward less the leaves."""
+        started: dict[str, float] = {}
+        spent: dict[str, list[float]] = {}
+
+        def before(name: str) -> Any:
+            return lambda module, args: started.__setitem__(name, time.perf_counter())
+
+        def after(name: str) -> Any:
+            return lambda module, args, out: spent.setdefault(name, []).append(time.perf_counter() - started[name])
+
+        handles = [h for name, m in leaves.items()
+                   for h in (m.register_forward_pre_hook(before(name)), m.register_forward_hook(after(name)))]
+        out = []
+        try:
+            for _ in range(n):
+                spent.clear()
+                whole_s = self.one()
+                layers = [{"layer": name, "phase": "forward", "calls": len(times), "time_us": sum(times) * 1e6}
+                          for name, times in spent.items()]
+                rest_us = max(0.0, whole_s * 1e6 - sum(r["time_us"] for r in layers))
+                out.append(pd.DataFrame([*layers, {"layer": UNATTRIBUTED, "phase": "other", "calls": 1,
+                                                   "time_us": rest_us}]))
+        finally:
+            for h in handles:
+                h.remove()
+        return out
 
 
 def _inference_figures(measured: dict[str, Any], work: Any, kinds: dict[str, str], peak: float, bandwidth: float,
-                       element_bytes: int, cache_bytes: int | None) -> dict[str, Any]:
+                       element_bytes: int, cache_bytes: int | None, ops: dict[str, str],
+                       roof_of: RoofOf) -> dict[str, Any]:
     """The batch-1 forward's table under the same roof (``work``: counted at batch 1 in eval mode), its plain
     forwards and its per-step times, as the file keeps them."""
     plain, rows = measured["plain"], measured["per_step"]
     step_s = statistics.median(plain) if plain else math.nan
     table = layer_roofline(median_per_step(rows), work.flops, {k: v * element_bytes for k, v in work.elements.items()},
                            kinds, step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
-                           cache_bytes=cache_bytes) if rows else pd.DataFrame()
+                           cache_bytes=cache_bytes, op_kinds=ops, roof_of=roof_of) if rows else pd.DataFrame()
     return {"batch_size": 1, "step_s": step_s, "steps": len(rows), "plain_steps_s": plain,
             "per_step": _series(rows), "layers": table.to_dict("records")}
 
@@ -345,8 +389,10 @@ def _notes(r: LayerReport) -> list[str]:
     notes = [f"times: median over {r.steps} profiled steps (host clock); shares and coverage over the median of "
              f"{r.steps} plain steps interleaved with them",
              "bytes: what every op reads (its tensor inputs) and writes (its results and the inputs it changes in "
-             "place) once each, at the run's element size: the traffic of a cache that keeps nothing, so a layer "
-             "whose tensors fit in the last-level cache (cache_resident) can beat the DRAM roof"]
+             "place) once each, at the run's element size: the traffic of a cache that keeps nothing",
+             "roofs: each layer meets the roof of its kind of operation (op_kind: a 3x3, 1x1 or depthwise "
+             "convolution, a matrix product, or elementwise work), and the cache's bandwidth where a call's "
+             "tensors fit in the last-level cache (cache_resident), DRAM's elsewhere"]
     if r.overhead > OVERHEAD_LIMIT:
         notes.append(f"a profiled step took {r.overhead:.2f}x a plain one (over {OVERHEAD_LIMIT}x): the layers' "
                      "times include the profiler's cost")

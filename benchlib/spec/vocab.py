@@ -35,6 +35,13 @@ MEMORY_FORMATS: tuple[str, ...] = ("nchw", "channels_last")
 COMPILE_MODES: tuple[str, ...] = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 QUANTIZATIONS: tuple[str, ...] = ("none", "dynamic", "static_int8")
 
+# The kinds of operation a layer is judged by, each against a roof measured for that kind (``roofline.ceilings``):
+# a dense kxk convolution (k > 1, judged by the 3x3's roof), a pointwise one, a depthwise one, a matrix
+# product, and elementwise work (batch norm, activations, pooling, the optimizer), bandwidth-bound
+OP_KINDS: tuple[str, ...] = ("conv3x3", "conv1x1", "depthwise", "matmul", "elementwise")
+COMPUTE_KINDS: tuple[str, ...] = OP_KINDS[:4]
+BANDWIDTH_KINDS: tuple[str, ...] = ("dram", "cache")  # elementwise work on tensors past or inside the cache
+
 HARDWARE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 CUDA_NAME = re.compile(r"^cuda(?::(\d+))?$")
 

@@ -211,13 +211,15 @@ def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -
     else:
         display(Markdown("No point lies above its roof."))
     show.collapsed_table("Where every configuration sits under its roof", _drop_empty(summaries.roof_table(df)))
-    show.collapsed_table("Measured ceilings (each dtype's peak: the faster of a matmul and a 3x3 convolution)",
-                         pd.DataFrame([
+    show.collapsed_table("Measured ceilings (each dtype's peak: the fastest product measured; each layer meets "
+                         "its own kind's roof)", pd.DataFrame([
         {"machine": c.machine, "device": c.device, "device_name": c.device_name,
          **{f"peak_{k}_flops_per_s": v for k, v in c.peak_flops_per_s.items()},
-         **{f"matmul_{k}_flops_per_s": v for k, v in c.matmul_flops_per_s.items()},
-         **{f"conv3x3_{k}_flops_per_s": v for k, v in c.conv_flops_per_s.items()},
-         "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "noisy": ", ".join(c.noisy) or None} for c in ceilings]))
+         **{f"{kind}_{k}_flops_per_s": v for kind, per in c.kind_flops_per_s.items() for k, v in per.items()},
+         "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
+         **{f"{kind}_{k}_bytes_per_s": v for kind, per in c.kind_bandwidth_bytes_per_s.items()
+            for k, v in per.items()},
+         "noisy": ", ".join(c.noisy) or None} for c in ceilings]))
 
 
 def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:

@@ -22,15 +22,16 @@ def _roof_words(part: dict[str, Any]) -> str:
         other = "A" if part["only_in"] == "B" else "B"
         return (f"a layer only {part['only_in']} has (no module of that name in {other}: fused or quantized "
                 "away)")
-    bound_a, bound_b = part["bound_a"], part["bound_b"]
+    bound_a, bound_b = (b if isinstance(b, str) and b else None for b in (part["bound_a"], part["bound_b"]))
     if not bound_a and not bound_b:
-        return "not placed on a roof (no counted work)"
+        return "not placed on a roof (no counted work, or no roof measured for its dtype)"
     fa, fb = part["roof_fraction_a"], part["roof_fraction_b"]
     where = (f", {fmt.percent_text(fb, 2)} of the roof in B against {fmt.percent_text(fa, 2)} in A"
              if all(isinstance(f, float) and math.isfinite(f) for f in (fa, fb)) else "")
-    bound = (f"{bound_a}-bound on both sides" if bound_a == bound_b
-             else f"{bound_a or 'unplaced'}-bound in A, {bound_b or 'unplaced'}-bound in B")
-    return bound + where
+    if bound_a == bound_b:
+        return f"{bound_a}-bound on both sides{where}"
+    side = {"A": bound_a, "B": bound_b}
+    return ", ".join(f"{w}-bound in {k}" if w else f"on no roof in {k}" for k, w in side.items()) + where
 
 
 def _interval(part: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-LOST_COLUMNS = ("layer", "kind", "phase", "time_s", "share", "flops", "bytes", "intensity_flops_per_byte",
+LOST_COLUMNS = ("layer", "kind", "op_kind", "phase", "time_s", "share", "flops", "bytes", "intensity_flops_per_byte",
                 "roof_fraction", "bound", "cache_resident", "lost_s")
 
 
