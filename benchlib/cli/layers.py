@@ -29,7 +29,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
                            lambda v: f"{v:.3g}"):
         print(shown.to_string(index=False))
     print(f"\nstep {report.step_s * 1e3:.1f} ms (median of {report.steps} plain steps); layers cover "
-          f"{report.coverage:.0%} of it; profiled steps took {report.overhead:.2f}x a plain one")
+          f"{report.coverage:.0%} of it; steps timed layer by layer took {report.overhead:.2f}x a plain one")
     if math.isfinite(report.efficiency):
         print(f"roofline-predicted step {report.predicted_step_s * 1e3:.1f} ms: efficiency "
               f"{report.efficiency:.0%} (under the {report.roof_dtype} roof)")

@@ -1,15 +1,18 @@
 """Where one configuration's training step goes, layer by layer, against the roofline (``benchlib layers``).
 
-Blocks of plain steps alternate with blocks of profiled ones, so the machine's drift reaches both alike: the
-plain steps give the step time every share and the coverage are measured against; the profiled ones give
-each layer's time (``instruments.layer_times``: a profiler range per leaf module for the forward, autograd's
-sequence numbers for the backward, no synchronize per layer) and show what profiling costs. The work of each
-layer is counted once (``nets.layer_work``) and placed under this machine's ceilings
-(``roofline.layers``). On a CPU a layer's time is its range's host time (the host runs the layers); on
-a GPU the device time of the kernels launched under its range.
+Blocks of plain steps alternate with blocks of steps timed layer by layer, so the machine's drift reaches
+both alike: the plain steps give the step time every share and the coverage are measured against; the
+others give each layer's time and show what timing it costs. On a CPU the host runs the layers and its
+clock in module and autograd-node hooks times them (``instruments.hook_times``: a few microseconds a layer,
+where the profiler's per-operator cost would differ between the configurations a split compares); on a GPU
+the profiler's device timeline does (``instruments.layer_times``: the kernels launched under a range per leaf
+module for the forward, autograd's sequence numbers for the backward, no synchronize per layer). The work
+of each layer is counted once (``nets.layer_work``) and placed under this machine's ceilings
+(``roofline.layers``).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -29,6 +32,7 @@ from ..env.devices import resolve_hardware, synchronize
 from ..env.manifest import machine_name
 from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
+from ..instruments.hook_times import HookTimer
 from ..instruments.layer_times import (
     LAYER_PREFIX,
     layer_kernels,
@@ -54,7 +58,7 @@ from ..store.schema import LAYERS_FORMAT_VERSION
 from .profile import _cycle, _quiet_kineto
 
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-OVERHEAD_LIMIT = 1.15  # a profiled step more than this much slower than a plain one: its shares are doubtful
+OVERHEAD_LIMIT = 1.15  # a step timed by layer this much slower than a plain one: its shares are doubtful
 
 
 @dataclass
@@ -149,6 +153,20 @@ class _Steps:
         synchronize(self.device)
         return time.perf_counter() - start, start - waited
 
+    def hooked(self, timer: HookTimer) -> tuple[float, pd.DataFrame]:
+        """One step timed layer by layer by ``timer``'s hooks (a CPU's): its time and its rows."""
+        waited = time.perf_counter()
+        with timer.region(DATA_WAIT_LAYER, "other"):
+            x, y = next(self.batches)
+        start = time.perf_counter()
+
+        def region(name: str) -> Any:
+            return timer.region(OPTIMIZER, "optimizer") if name == "optimizer_step" else contextlib.nullcontext()
+
+        train_step(self.trainer, x, y, region=region)
+        end = time.perf_counter()
+        return end - start, timer.step_rows(end - waited)
+
 
 def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
                    progress: ProgressFn | None = None) -> LayerReport:
@@ -187,15 +205,25 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         waits: list[float] = []
         profiled: list[float] = []
         cycles: list[list[Any]] = []
+        hooked: list[pd.DataFrame] = []
+        timer = HookTimer(leaf_modules(built.model))
         while len(profiled) < steps:
             n = min(block, steps - len(profiled))
             for _ in range(n):
                 took, waited = runner.timed()
                 plain.append(took)
                 waits.append(waited)
-            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
+            if not on_gpu:  # the host runs the layers: its clock in hooks, a few microseconds a layer
+                with timer.attached():
+                    for _ in range(n):
+                        took, rows = runner.hooked(timer)
+                        profiled.append(took)
+                        hooked.append(rows)
+                say(f"layers: {len(profiled)}/{steps} steps timed layer by layer")
+                continue
             with layer_ranges(leaf_modules(built.model)), profile(
-                    activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
+                    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                    schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
                     on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
                 for i in range(n + 1):  # the first step warms the profiler up and is dropped
                     took = runner.one()
@@ -211,7 +239,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         forward = _Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs)
         inference = forward.measure(served, steps, block, on_gpu)
         say("layers: batch-1 forwards profiled")
-    per_step = [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
+    per_step = hooked + [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     kernels: dict[tuple[str, str], set[str]] = {}
     for events in cycles if on_gpu else []:
         for key, names in layer_kernels(events, step_spans(events)).items():
@@ -315,33 +343,10 @@ class _Forwards:
         return {"plain": plain, "per_step": rows}
 
     def _hooked(self, leaves: dict[str, torch.nn.Module], n: int) -> list[pd.DataFrame]:
-        """``n`` forwards, each leaf module's calls timed by the host clock in a pre- and a post-hook (a CPU runs
-        the layers on the host: its clock is their time); what no leaf holds is the forward less the leaves."""
-        started: dict[str, float] = {}
-        spent: dict[str, list[float]] = {}
-
-        def before(name: str) -> Any:
-            return lambda module, args: started.__setitem__(name, time.perf_counter())
-
-        def after(name: str) -> Any:
-            return lambda module, args, out: spent.setdefault(name, []).append(time.perf_counter() - started[name])
-
-        handles = [h for name, m in leaves.items()
-                   for h in (m.register_forward_pre_hook(before(name)), m.register_forward_hook(after(name)))]
-        out = []
-        try:
-            for _ in range(n):
-                spent.clear()
-                whole_s = self.one()
-                layers = [{"layer": name, "phase": "forward", "calls": len(times), "time_us": sum(times) * 1e6}
-                          for name, times in spent.items()]
-                rest_us = max(0.0, whole_s * 1e6 - sum(r["time_us"] for r in layers))
-                out.append(pd.DataFrame([*layers, {"layer": UNATTRIBUTED, "phase": "other", "calls": 1,
-                                                   "time_us": rest_us}]))
-        finally:
-            for h in handles:
-                h.remove()
-        return out
+        """``n`` forwards timed layer by layer by the host clock in hooks (``instruments.hook_times``)."""
+        timer = HookTimer(leaves)
+        with timer.attached():
+            return [timer.step_rows(self.one()) for _ in range(n)]
 
 
 def _inference_figures(measured: dict[str, Any], work: Any, kinds: dict[str, str], peak: float, bandwidth: float,
@@ -386,7 +391,7 @@ def record_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, b
 
 
 def _notes(r: LayerReport) -> list[str]:
-    notes = [f"times: median over {r.steps} profiled steps (host clock); shares and coverage over the median of "
+    notes = [f"times: median over {r.steps} steps timed layer by layer; shares and coverage over the median of "
              f"{r.steps} plain steps interleaved with them",
              "bytes: what every op reads (its tensor inputs) and writes (its results and the inputs it changes in "
              "place) once each, at the run's element size: the traffic of a cache that keeps nothing",
@@ -394,8 +399,8 @@ def _notes(r: LayerReport) -> list[str]:
              "convolution, a matrix product, or elementwise work), and the cache's bandwidth where a call's "
              "tensors fit in the last-level cache (cache_resident), DRAM's elsewhere"]
     if r.overhead > OVERHEAD_LIMIT:
-        notes.append(f"a profiled step took {r.overhead:.2f}x a plain one (over {OVERHEAD_LIMIT}x): the layers' "
-                     "times include the profiler's cost")
+        notes.append(f"a step timed layer by layer took {r.overhead:.2f}x a plain one (over {OVERHEAD_LIMIT}x): the "
+                     "layers' times include the cost of timing them")
     if r.model_flops > 0 and abs(r.flops_total / r.model_flops - 1) > 0.01:
         notes.append(f"the layers' FLOPs are {r.flops_total / r.model_flops:.3f}x the model's counted training "
                      "FLOPs (expected within 1%)")
