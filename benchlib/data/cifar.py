@@ -159,7 +159,8 @@ def _cifar_dataset(
 
 
 def load(
-    path: str, image_size: int, train_subset: int | None, test_subset: int | None, seed: int, augment: bool
+    path: str, image_size: int, train_subset: int | None, test_subset: int | None, seed: int, augment: bool,
+    uint8: bool = False,
 ) -> DatasetSplits:
     """CIFAR-10 python batches read with a restricted unpickler (torchvision's md5 check is bypassed)."""
     root = find_root(path)
@@ -172,9 +173,11 @@ def load(
                                 f"in {batch_names}: expected one label per class name in batches.meta")
     augmentation = [transforms.RandomCrop(image_size, padding=_CIFAR_CROP_PADDING_PX),
                     transforms.RandomHorizontalFlip()] if augment else []
-    train_tf, test_tf = image_transforms(image_size, _CIFAR_SIDE_PX, _CIFAR_MEAN, _CIFAR_STD, augmentation)
+    train_tf, test_tf = image_transforms(image_size, _CIFAR_SIDE_PX, _CIFAR_MEAN, _CIFAR_STD, augmentation,
+                                       uint8)
     train = _cifar_dataset(train_images, train_labels, train_subset, seed, f"data path '{path}' (CIFAR-10 train)",
                            train_tf)
     test = _cifar_dataset(test_images, test_labels, test_subset, seed, f"data path '{path}' (CIFAR-10 test)",
                           test_tf)
-    return DatasetSplits(train, test, len(classes), classes, "cifar10")
+    return DatasetSplits(train, test, len(classes), classes, "cifar10",
+                         (_CIFAR_MEAN, _CIFAR_STD) if uint8 else None)

@@ -23,13 +23,15 @@ _IMAGE_EXTENSIONS: tuple[str, ...] = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", "
 
 @dataclass(frozen=True)
 class DatasetSplits:
-    """A data set's train and test splits; each yields ``(float32 tensor [3,H,W], int label)``."""
+    """A data set's train and test splits; each yields ``(float32 tensor [3,H,W], int label)``, or, where
+    ``normalize`` holds the (mean, std) still to apply, ``(uint8 tensor [3,H,W], int label)``."""
 
     train: Dataset
     test: Dataset
     num_classes: int
     classes: list[str]
     name: str
+    normalize: tuple[tuple[float, float, float], tuple[float, float, float]] | None = None
 
 
 def subset_indices(total: int, wanted: int | None, seed: int, what: str) -> np.ndarray | None:
@@ -61,10 +63,12 @@ def image_transforms(
     mean: tuple[float, float, float],
     std: tuple[float, float, float],
     train_steps: Sequence[Any],
+    uint8: bool = False,
 ) -> tuple[transforms.Compose, transforms.Compose]:
-    """Train and test pipelines that differ only in the augmentation steps (picklable classes only)."""
+    """Train and test pipelines that differ only in the augmentation steps (picklable classes only); with
+    ``uint8`` they stop at the image's bytes, to be copied as such and normalised on the device."""
     resize = _resize_steps(image_size, native_size_px)
-    finish = [transforms.ToTensor(), transforms.Normalize(mean, std)]
+    finish = [transforms.PILToTensor()] if uint8 else [transforms.ToTensor(), transforms.Normalize(mean, std)]
     return transforms.Compose([*resize, *train_steps, *finish]), transforms.Compose([*resize, *finish])
 
 

@@ -73,8 +73,12 @@ def check_data_path(name: str, path: str | None) -> None:
 
 
 def load_dataset(name: str, path: str | None, image_size: int, *, train_subset: int | None = None,
-                 test_subset: int | None = None, seed: int = 0, augment: bool = True) -> DatasetSplits:
-    """Build train/test datasets at ``image_size`` pixels square; subsets are seeded so runs are comparable."""
+                 test_subset: int | None = None, seed: int = 0, augment: bool = True,
+                 uint8: bool = False) -> DatasetSplits:
+    """Build train/test datasets at ``image_size`` pixels square; subsets are seeded so runs are comparable.
+
+    ``uint8``: image files (CIFAR-10, Tiny-ImageNet, an image folder) yield their bytes, with the mean and std
+    left to the device (``DatasetSplits.normalize``); the embedded digits and a user's data set ignore it."""
     _check_name(name)
     if name == "synthetic":
         raise ValueError("load_dataset does not build the 'synthetic' data set: the caller generates it")
@@ -91,7 +95,7 @@ def load_dataset(name: str, path: str | None, image_size: int, *, train_subset: 
     assert path is not None
     path = os.fspath(path)
     if name == "cifar10":
-        return cifar.load(path, image_size, train_subset, test_subset, seed, augment)
+        return cifar.load(path, image_size, train_subset, test_subset, seed, augment, uint8)
     if name == "tinyimagenet":
-        return tinyimagenet.load(path, image_size, train_subset, test_subset, seed, augment)
-    return imagefolder.load(path, image_size, train_subset, test_subset, seed, augment)
+        return tinyimagenet.load(path, image_size, train_subset, test_subset, seed, augment, uint8)
+    return imagefolder.load(path, image_size, train_subset, test_subset, seed, augment, uint8)

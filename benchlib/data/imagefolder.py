@@ -67,14 +67,16 @@ def _image_folder(split_dir: str, transform: transforms.Compose) -> ImageFolder:
 
 
 def load(
-    path: str, image_size: int, train_subset: int | None, test_subset: int | None, seed: int, augment: bool
+    path: str, image_size: int, train_subset: int | None, test_subset: int | None, seed: int, augment: bool,
+    uint8: bool = False,
 ) -> DatasetSplits:
     """Any ``train``/``test`` tree of class folders (e.g. Kaggle cats vs dogs), resized to a square."""
     train_dir, test_dir = split_dirs(path)
     classes = matching_class_folders(train_dir, test_dir)
     augmentation = [transforms.RandomHorizontalFlip()] if augment else []
-    train_tf, test_tf = image_transforms(image_size, None, IMAGENET_MEAN, IMAGENET_STD, augmentation)
+    train_tf, test_tf = image_transforms(image_size, None, IMAGENET_MEAN, IMAGENET_STD, augmentation, uint8)
     train_folder, test_folder = _image_folder(train_dir, train_tf), _image_folder(test_dir, test_tf)
     train = maybe_subset(train_folder, len(train_folder), train_subset, seed, f"data path '{train_dir}'")
     test = maybe_subset(test_folder, len(test_folder), test_subset, seed, f"data path '{test_dir}'")
-    return DatasetSplits(train, test, len(classes), classes, "imagefolder")
+    return DatasetSplits(train, test, len(classes), classes, "imagefolder",
+                         (IMAGENET_MEAN, IMAGENET_STD) if uint8 else None)

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ..spec.settings import RunSettings
 from .datasets import load_dataset
+from .device_feed import DeviceFeed
 
 _SYNTHETIC_DISTINCT_BATCHES = 4
 
@@ -60,12 +61,26 @@ class SyntheticBatches:
 
 @dataclass
 class Loaders:
-    train: DataLoader[Any] | SyntheticBatches
-    test: DataLoader[Any] | SyntheticBatches
+    train: DataLoader[Any] | SyntheticBatches | DeviceFeed
+    test: DataLoader[Any] | SyntheticBatches | DeviceFeed
     num_classes: int
     train_samples: int
     test_samples: int
     synthetic: bool
+
+    def h2d_bytes_per_batch(self, device: torch.device) -> int | None:
+        """What one training batch moves from host to ``device`` (images and labels): 0 where the batches are
+        made on it (synthetic), the uint8 bytes a ``DeviceFeed`` copied, a float batch's otherwise; None on a
+        CPU (no copy to a device)."""
+        if device.type == "cpu":
+            return None
+        if self.synthetic:
+            return 0
+        if isinstance(self.train, DeviceFeed):
+            return self.train.h2d_bytes_per_batch
+        x, _ = self.train.dataset[0]  # type: ignore[union-attr]  # a DataLoader of a map-style data set
+        batch = int(self.train.batch_size or 1)  # type: ignore[union-attr]
+        return batch * (int(x.numel()) * int(x.element_size()) + 8)  # int64 labels
 
 
 def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: tuple[int, int] = (0, 1)) -> Loaders:
@@ -84,8 +99,9 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: 
         test = SyntheticBatches(test_samples, batch_size, s.image_size, s.synthetic_classes, device, s.seed + 1,
                                 memory_format=layout)
         return Loaders(train, test, s.synthetic_classes, len(train) * batch_size, len(test) * batch_size, True)
+    # on a GPU, image files travel as their bytes and are normalised there (data.device_feed)
     splits = load_dataset(s.dataset, s.data_path, s.image_size, train_subset=s.train_subset,
-                          test_subset=s.test_subset, seed=s.seed, augment=s.augment)
+                          test_subset=s.test_subset, seed=s.seed, augment=s.augment, uint8=device.type == "cuda")
     pin = (s.pin_memory if s.pin_memory is not None else True) and device.type == "cuda"
     common: dict[str, Any] = dict(num_workers=s.num_workers, pin_memory=pin,
                                   persistent_workers=s.persistent_workers and s.num_workers > 0,
@@ -101,8 +117,14 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: 
                                   generator=torch.Generator().manual_seed(s.seed), **common)
     test_loader: DataLoader[Any] = DataLoader(splits.test, batch_size=batch_size, shuffle=False, drop_last=False,
                                               **common)
-    return Loaders(train_loader, test_loader, splits.num_classes, len(train_loader) * batch_size,
-                   len(test_loader.dataset), False)  # type: ignore[arg-type]  # map-style: sized
+    test_samples = len(test_loader.dataset)  # type: ignore[arg-type]  # map-style: sized
+    train_samples = len(train_loader) * batch_size
+    if splits.normalize is None:
+        return Loaders(train_loader, test_loader, splits.num_classes, train_samples, test_samples, False)
+    layout = torch.channels_last if s.knobs.memory_format == "channels_last" else torch.contiguous_format
+    return Loaders(DeviceFeed(train_loader, device, splits.normalize, layout),
+                   DeviceFeed(test_loader, device, splits.normalize, layout), splits.num_classes, train_samples,
+                   test_samples, False)
 
 
 def batches_per_epoch(loader: DataLoader[Any] | SyntheticBatches, max_train_batches: int | None) -> int:

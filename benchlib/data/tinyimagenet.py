@@ -95,16 +95,18 @@ def _tiny_val_samples(root: str, wnids: list[str]) -> list[tuple[str, int]]:
 
 
 def load(
-    path: str, image_size: int, train_subset: int | None, test_subset: int | None, seed: int, augment: bool
+    path: str, image_size: int, train_subset: int | None, test_subset: int | None, seed: int, augment: bool,
+    uint8: bool = False,
 ) -> DatasetSplits:
     """Tiny-ImageNet-200 with its labelled ``val`` split as the test split (its test split has no labels)."""
     root = find_root(path)
     wnids = class_ids(root)
     train_samples, test_samples = _tiny_train_samples(root, wnids), _tiny_val_samples(root, wnids)
     augmentation = [transforms.RandomHorizontalFlip()] if augment else []
-    train_tf, test_tf = image_transforms(image_size, _TINY_SIDE_PX, IMAGENET_MEAN, IMAGENET_STD, augmentation)
+    train_tf, test_tf = image_transforms(image_size, _TINY_SIDE_PX, IMAGENET_MEAN, IMAGENET_STD, augmentation, uint8)
     train = maybe_subset(FileImageDataset(train_samples, train_tf), len(train_samples), train_subset, seed,
                           f"data path '{path}' (Tiny-ImageNet train)")
     test = maybe_subset(FileImageDataset(test_samples, test_tf), len(test_samples), test_subset, seed,
                          f"data path '{path}' (Tiny-ImageNet val)")
-    return DatasetSplits(train, test, len(wnids), _tiny_class_names(root, wnids), "tinyimagenet")
+    return DatasetSplits(train, test, len(wnids), _tiny_class_names(root, wnids), "tinyimagenet",
+                         (IMAGENET_MEAN, IMAGENET_STD) if uint8 else None)

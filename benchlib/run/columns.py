@@ -273,6 +273,7 @@ def _training_row(m: Measurement) -> Row:
         "train_accuracy": None if m.setup.synthetic else trained.train_accuracy,
         **telemetry_columns(m.telemetry.summary("train")),
         **harness_columns(t.harness_cpu_s, trained.timed_wall_s, usable_cpus()),
+        "h2d_per_step_bytes": t.h2d_bytes_per_step,
         **energy_columns("train", t.energy, t.energy_samples, m.setup.device.type),
     }
     if t.compiled is not None:

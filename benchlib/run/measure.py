@@ -257,7 +257,7 @@ def _train(b: _Built, cfg: RunConfig, meter: EnergyMeter, dist_info: distributed
 
 def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | None, end: EnergyReading,
               telemetry: Telemetry, dist_info: distributed.DistInfo | None, compiled: CompileReport | None,
-              harness_cpu_s: float | None = None) -> Training:
+              harness_cpu_s: float | None = None, h2d_bytes_per_step: int | None = None) -> Training:
     """The training record: energy from the first timed step (warmup and compilation left out, as the step
     times leave them out) to the end, per sample the meter's GPUs (or this node's CPU package) processed:
     this node's ranks, not every node's."""
@@ -265,7 +265,7 @@ def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | N
     energy = meter.between(start or end, end, telemetry=telemetry)
     samples = trained.timed_samples * local_ranks if start is not None else 0  # every step warmup: none timed
     return Training(result=trained, drift=drift.measure(trained.step_s), energy=energy, energy_samples=samples,
-                    compiled=compiled, harness_cpu_s=harness_cpu_s)
+                    compiled=compiled, harness_cpu_s=harness_cpu_s, h2d_bytes_per_step=h2d_bytes_per_step)
 
 
 def _evaluate(b: _Built, cfg: RunConfig, say: ProgressFn) -> tuple[nn.Module, EvalResult, int, Quantized | None]:
@@ -326,7 +326,8 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     distributed.barrier(dist_info)
     training = None
     if trained is not None and train_end is not None:
-        training = _training(trained, meter, timed_start, train_end, telemetry, dist_info, compiled, harness_cpu_s)
+        training = _training(trained, meter, timed_start, train_end, telemetry, dist_info, compiled, harness_cpu_s,
+                             b.loaders.h2d_bytes_per_batch(b.setup.device))
     inference = Inference(latency=lat1, batch_latency=latn, throughput_repeat_s=thr,
                           samples=cfg.batch_size * BATCHES_PER_THROUGHPUT_REPEAT * thr.n,
                           energy=infer_meter.between(e_infer0, e_infer1, telemetry=telemetry))

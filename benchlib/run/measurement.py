@@ -60,6 +60,7 @@ class Training:
     energy_samples: int  # the samples the energy window's devices processed (this node's ranks)
     compiled: CompileReport | None
     harness_cpu_s: float | None = None  # CPU benchlib's own threads charged during the timed steps (env.harness)
+    h2d_bytes_per_step: int | None = None  # host-to-device bytes of one step's batch (None: a CPU, no copy)
 
 
 @dataclass(frozen=True)

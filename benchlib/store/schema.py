@@ -132,6 +132,9 @@ TRAINING = _group(
     ("train_step_noisy", "", "step times spread too much to trust: IQR/median > 10%"),
     ("train_samples_per_s", "samples/s", "training throughput: samples over the summed timed step times"),
     ("data_wait_s_total", "s", "time the timed steps waited for their batch"),
+    ("h2d_per_step_bytes", "bytes", "bytes one step's batch moves from host to device: images and labels (on a "
+                                    "GPU, image files travel as uint8 and are normalised there; 0 for synthetic "
+                                    "batches made on the device; empty on a CPU)"),
     ("data_wait_fraction", "", "share of the timed training region's wall time (host clock, from the first "
                                "timed step to the synchronized end) spent waiting for data"),
     ("epoch_s", "s", "median time of a full epoch, data pipeline included (a compiled variant's first epoch, which "
