@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -68,6 +67,7 @@ from gpu_judges import (
     not_run,
     scaler_skips,
     sheet_for,
+    sync_messages,
     tf32_kernels,
 )
 
@@ -258,19 +258,16 @@ def _sync_warnings(ctx: Context, precision: str) -> list[str]:
         for _ in range(2):
             train_step(t, x, y)
         synchronize(ctx.device)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                timer = StepTimer(ctx.device)
-                for _ in range(SYNC_STEPS):
-                    timer.start()
-                    train_step(t, x, y)
-                    timer.stop()
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
+        timer = StepTimer(ctx.device)
+
+        def timed_step() -> None:
+            timer.start()
+            train_step(t, x, y)
+            timer.stop()
+
+        caught = sync_messages(timed_step, SYNC_STEPS, torch.cuda.set_sync_debug_mode)
         timer.collect()
-    return [str(w.message) for w in caught]
+    return caught
 
 
 def _allowed_syncs(ctx: Context, precision: str) -> tuple[int, str]:

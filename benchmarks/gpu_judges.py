@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -192,6 +193,20 @@ def judge_latency(host_s: float, event_s: float) -> Check:
 # what CUDA's sync debug mode says of each synchronizing call; its own notice on being switched on ("...is a
 # prototype feature and does not yet detect all synchronizing operations") is not a synchronization
 SYNC_WARNING = "called a synchronizing cuda operation"
+
+
+def sync_messages(step: Callable[[], object], steps: int, set_sync_debug_mode: Callable[[Any], None]) -> list[str]:
+    """The warnings CUDA's sync debug mode raises over ``steps`` calls of ``step`` (the caller warms up and
+    synchronizes first); ``set_sync_debug_mode`` is torch.cuda's, restored to 0 after."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        set_sync_debug_mode("warn")
+        try:
+            for _ in range(steps):
+                step()
+        finally:
+            set_sync_debug_mode(0)
+    return [str(w.message) for w in caught]
 
 
 def judge_syncs(precision: str, messages: list[str], allowed: int = 0, why_allowed: str = "") -> Check:

@@ -53,14 +53,13 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import torch
-from gpu_judges import SYNC_WARNING, TF32_KERNEL, WINOGRAD_KERNEL
+from gpu_judges import SYNC_WARNING, TF32_KERNEL, WINOGRAD_KERNEL, sync_messages
 from torch import nn
 
 from benchlib.engine.knobs import backend_flags
@@ -462,16 +461,9 @@ def _sync_warnings(s: Session, impl: str, steps: int = 3) -> list[str]:
     for _ in range(2):
         train_step(t, x, y)
     synchronize(s.device)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            for _ in range(steps):
-                train_step(t, x, y)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
+    caught = sync_messages(lambda: train_step(t, x, y), steps, torch.cuda.set_sync_debug_mode)
     synchronize(s.device)
-    return [str(w.message) for w in caught if SYNC_WARNING in str(w.message).lower()]
+    return [m for m in caught if SYNC_WARNING in m.lower()]
 
 
 def fused_sgd(s: Session) -> None:

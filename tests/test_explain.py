@@ -233,3 +233,19 @@ def test_two_batch_sizes_are_split_per_sample_and_agree_with_the_throughput_verd
     assert (top["layer"], top["phase"]) == ("layer1.conv", "backward")
     assert top["delta_s"] == pytest.approx(4.0 * MS * (2.5 / 64 - 1 / 16), rel=0.1)
     assert whole_sentence(e).startswith("training step per sample: B less A -")
+
+
+def test_a_part_whose_interval_holds_zero_is_not_named_a_cause():
+    """A part that moved with the whole on its median but whose own interval holds 0 is noise: a reviewer would
+    not sign it as a cause, so the sentences skip it for the next part."""
+    import pandas as pd
+
+    from benchlib.report.tables.explain import Explanation
+    from benchlib.report.tables.explain import causes as top_causes
+
+    parts = pd.DataFrame([
+        {"layer": "a", "phase": "forward", "delta_s": -3e-3, "ci_low": -4e-3, "ci_high": 1e-4, "share": 0.5},
+        {"layer": "b", "phase": "forward", "delta_s": -2e-3, "ci_low": -3e-3, "ci_high": -1e-3, "share": 0.33},
+        {"layer": "c", "phase": "forward", "delta_s": -1e-3, "ci_low": math.nan, "ci_high": math.nan, "share": 0.17}])
+    e = Explanation("train_step_s", 0.01, 0.004, -6e-3, -7e-3, -5e-3, 1.0, parts, 3, 3)
+    assert top_causes(e)["layer"].tolist() == ["b", "c"]

@@ -78,8 +78,9 @@ class Loaders:
             return 0
         if isinstance(self.train, DeviceFeed):
             return self.train.h2d_bytes_per_batch
-        x, _ = self.train.dataset[0]  # type: ignore[union-attr]  # a DataLoader of a map-style data set
-        batch = int(self.train.batch_size or 1)  # type: ignore[union-attr]
+        assert isinstance(self.train, DataLoader)  # not synthetic, not fed: a DataLoader of a map-style data set
+        x, _ = self.train.dataset[0]
+        batch = int(self.train.batch_size or 1)
         return batch * (int(x.numel()) * int(x.element_size()) + 8)  # int64 labels
 
 
@@ -127,7 +128,7 @@ def build_loaders(s: RunSettings, batch_size: int, device: torch.device, shard: 
                    test_samples, False)
 
 
-def batches_per_epoch(loader: DataLoader[Any] | SyntheticBatches, max_train_batches: int | None) -> int:
+def batches_per_epoch(loader: DataLoader[Any] | SyntheticBatches | DeviceFeed, max_train_batches: int | None) -> int:
     n = len(loader)
     return min(n, max_train_batches) if max_train_batches else n
 

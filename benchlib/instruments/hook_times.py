@@ -41,7 +41,7 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 def recorded_nodes(outputs: Any, before: set[Any]) -> list[Any]:
     """The autograd nodes a module's forward recorded: those reachable from its outputs' nodes, stopping at
     the nodes its inputs came with (``before``) and at parameters' ``AccumulateGrad``."""
-    stack = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
+    stack: list[Any] = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
     seen: dict[int, Any] = {}
     while stack:
         node = stack.pop()

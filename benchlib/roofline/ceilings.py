@@ -59,11 +59,11 @@ CONV_KERNEL = {"cpu": 3, "cuda": 1, "mps": 3}
 # (batch, channels, side) of a 3x3, a 1x1 and a depthwise 3x3 convolution; the bytes of each tensor of an
 # elementwise add on DRAM-sized tensors; and the sizes tried for cache-sized ones (the highest is the
 # cache's roof: a layer whose tensors fit in the last-level cache meets it, none can beat it).
-KIND_SHAPES = {"cpu": {"conv3x3": (16, 256, 14), "conv1x1": (16, 512, 14), "depthwise": ((4, 128, 28), (16, 128, 28))},
-               "cuda": {"conv3x3": (32, 512, 28), "conv1x1": (64, 1024, 28), "depthwise": ((32, 256, 56),
-                                                                                          (128, 512, 56))},
-               "mps": {"conv3x3": (32, 256, 56), "conv1x1": (32, 512, 28), "depthwise": ((8, 128, 56),
-                                                                                         (32, 256, 56))}}
+Shape = tuple[int, int, int]  # batch, channels (in = out), side
+KIND_SHAPES: dict[str, dict[str, Any]] = {
+    "cpu": {"conv3x3": (16, 256, 14), "conv1x1": (16, 512, 14), "depthwise": ((4, 128, 28), (16, 128, 28))},
+    "cuda": {"conv3x3": (32, 512, 28), "conv1x1": (64, 1024, 28), "depthwise": ((32, 256, 56), (128, 512, 56))},
+    "mps": {"conv3x3": (32, 256, 56), "conv1x1": (32, 512, 28), "depthwise": ((8, 128, 56), (32, 256, 56))}}
 DRAM_TENSOR_BYTES = {"cpu": 128 * MIB, "cuda": 512 * MIB, "mps": 256 * MIB}
 CACHE_TENSOR_BYTES = {"cpu": (256 * 2**10, 1 * MIB, 4 * MIB), "cuda": (1 * MIB, 4 * MIB, 8 * MIB),
                       "mps": (1 * MIB, 4 * MIB)}
@@ -231,14 +231,14 @@ def measure_kind_roofs(dtypes: Sequence[str], device: torch.device, repeats: int
     samples: dict[str, list[float]] = {}
     for name in dtypes:
         for kind, kernel in (("conv3x3", 3), ("conv1x1", 1)):
-            shape = shapes[kind]
-            per_s, _ = _measure_conv(name, shape, device, repeats, warmup, kernel)
+            b, c, side = shapes[kind]
+            per_s, _ = _measure_conv(name, (b, c, side), device, repeats, warmup, kernel)
             samples[f"{kind}_{name}_s"] = per_s
-            flops.setdefault(kind, {})[name] = conv_flops(*shape, kernel=kernel) / Samples.of(per_s).median
-        for shape in shapes["depthwise"]:
-            per_s, _ = _measure_conv(name, shape, device, repeats, warmup, 3, depthwise=True)
-            samples[f"depthwise_{name}_{shape[0]}x{shape[1]}x{shape[2]}_s"] = per_s
-            figure = depthwise_flops(*shape) / Samples.of(per_s).median
+            flops.setdefault(kind, {})[name] = conv_flops(b, c, side, kernel) / Samples.of(per_s).median
+        for b, c, side in shapes["depthwise"]:
+            per_s, _ = _measure_conv(name, (b, c, side), device, repeats, warmup, 3, depthwise=True)
+            samples[f"depthwise_{name}_{b}x{c}x{side}_s"] = per_s
+            figure = depthwise_flops(b, c, side) / Samples.of(per_s).median
             flops.setdefault("depthwise", {})[name] = max(figure, flops.get("depthwise", {}).get(name, 0.0))
         storage = "fp32" if name == "tf32" else name  # tf32 is a product's mode: its tensors are fp32
         for kind, sizes in (("dram", (dram,)), ("cache", cache)):

@@ -116,8 +116,11 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
     peaks = highest(lambda a: a.peak_flops_per_s)
 
     def highest_per_kind(figures: Callable[[Ceilings], dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+        def of_kind(kind: str) -> Callable[[Ceilings], dict[str, float]]:
+            return lambda a: figures(a).get(kind, {})
+
         kinds = dict.fromkeys(k for a in attempts for k in figures(a))
-        return {k: highest(lambda a, k=k: figures(a).get(k, {})) for k in kinds}
+        return {k: highest(of_kind(k)) for k in kinds}
 
     quiet = [a for a in attempts if not a.interfered]
     watched = [a for a in attempts if a.interfered is not None]

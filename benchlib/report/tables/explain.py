@@ -217,9 +217,12 @@ def part_name(layer: str, phase: str) -> str:
 
 
 def causes(e: Explanation, top: int = 3) -> pd.DataFrame:
-    """The parts that move the step the way the whole moved, largest first (``top`` of them): the causes a
-    sentence names. None where nothing is explained."""
+    """The parts that move the step the way the whole moved, their interval clear of 0 where they have one,
+    largest first (``top`` of them): the causes a sentence names. None where nothing is explained."""
     if not e.explained or e.parts.empty:
         return e.parts.iloc[0:0]
-    same_way = e.parts[np.sign(e.parts["delta_s"]) == np.sign(e.delta_s)]
-    return same_way.sort_values("share", ascending=False).head(top)
+    parts = e.parts
+    same_way = np.sign(parts["delta_s"]) == np.sign(e.delta_s)
+    low, high = parts["ci_low"].astype(float), parts["ci_high"].astype(float)
+    clear = low.isna() | (low > 0) | (high < 0)  # a part whose interval holds 0 is not told apart from noise
+    return parts[same_way & clear].sort_values("share", ascending=False).head(top)
