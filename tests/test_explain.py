@@ -171,6 +171,7 @@ def test_the_summary_explains_each_variant_under_its_comparison_with_a_figure(tm
                            "variant": "channels_last", "baseline": "default"}])
     seen: list = []
     monkeypatch.setattr(shown, "display", seen.append)
+    monkeypatch.setattr(shown.show, "display", seen.append)  # figures are shown (and closed) by show.figure
     shown.variant_explanations(pd.DataFrame(rows), table, str(tmp_path / "figures"))
     text = "\n".join(getattr(x, "data", "") for x in seen)
     assert "channels_last against default (cpu, m, bs8)" in text

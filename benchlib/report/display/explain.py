@@ -11,8 +11,10 @@ from ..tables.explain_rows import explain_sides, variant_sides
 from . import show
 
 NOTE = ("Each part is B (the variant) less A (its baseline), negative where the variant takes less time, with its "
-        "95% interval (runs resampled, then steps); the parts are measured by the profiler and checked against the "
-        "plain steps' difference, never forced to it. A difference the verdict does not claim is not split.")
+        "95% interval (runs resampled, then steps); the parts are timed layer by layer (on a CPU by the host clock "
+        "in hooks, on a GPU by the profiler's device timeline) and checked against the plain steps' difference, "
+        "never forced to it. A difference the verdict does not claim is not split, and a part whose interval "
+        "holds 0 is named no cause.")
 
 
 def variant_explanations(rows: pd.DataFrame, table: pd.DataFrame, figures_dir: str | None) -> None:
@@ -32,6 +34,4 @@ def variant_explanations(rows: pd.DataFrame, table: pd.DataFrame, figures_dir: s
         display(Markdown(f"**{label}**\n\n" + "\n".join(f"- {line}" for line in lines)))
         for e in found:
             if figures_dir:
-                fig = explained_parts(e, label, figures_dir, f"explain_{e.metric}_{label}")
-                if fig is not None:
-                    display(fig)
+                show.figure(explained_parts(e, label, figures_dir, f"explain_{e.metric}_{label}"))
