@@ -65,7 +65,7 @@ def whole_sentence(e: Explanation) -> str:
         low, high = COVERAGE_RANGE
         judged = (f"within {low}-{high}" if e.covered
                   else f"outside {low}-{high}: the parts do not add up to the whole, read them with care")
-        text = f"{head}; the parts sum to {fmt.percent_text(e.coverage, 2)} of it ({judged})."
+        text = f"{head}; the parts sum to {fmt.percent_text(e.coverage, 4)} of it ({judged})."
     return text if unsupported(text) is None else f"{what}: withheld ({unsupported(text)})."
 
 

@@ -204,7 +204,7 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
                                                                         ignore_index=True)
     coverage = float(parts["delta_s"].sum()) / delta if delta else math.nan
     if not COVERAGE_RANGE[0] <= coverage <= COVERAGE_RANGE[1]:
-        notes.append(f"the parts sum to {coverage:.2f}x the measured difference, outside "
+        notes.append(f"the parts sum to {coverage:.3f}x the measured difference, outside "
                      f"{COVERAGE_RANGE[0]}-{COVERAGE_RANGE[1]}: the steps timed layer by layer do not add up to "
                      "the plain ones here (a cost of timing that differs between the sides, or a noisy host)")
     return Explanation(metric, a_s, b_s, delta, low, high, coverage, parts, len(runs_a), len(runs_b), "",
