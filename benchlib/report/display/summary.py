@@ -196,10 +196,11 @@ def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -
     if not ceilings or selection.ok_rows(df).empty:
         return
     show.heading("Rooflines")
-    display(Markdown("Roofs measured on the machine that ran the study (per dtype the faster of a large matmul and a "
-                     "3x3 convolution; a large copy, bytes read + written), drawn only for the dtypes the workloads "
-                     "ran in; datasheet roofs thin and grey where the device is known. Circles: training; triangles: "
-                     "inference."))
+    display(Markdown("Roofs measured on the machine that ran the study (per dtype the fastest product measured: a "
+                     "large matmul, a 3x3, a 1x1 or a depthwise convolution, on CUDA not a 3x3; the higher of a large "
+                     "copy and a DRAM-sized add, bytes read + written), drawn only for the dtypes the workloads ran "
+                     "in; datasheet roofs thin and grey where the device is known. Circles: training; triangles: "
+                     "inference. Per layer, each kind of operation meets its own roof (the measured ceilings table)."))
     figures = (roofline_figures.device_rooflines(df, ceilings, figures_dir)
                + roofline_figures.model_rooflines(df, ceilings, figures_dir)
                + [roofline_figures.batch_effect(df, figures_dir)])

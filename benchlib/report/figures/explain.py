@@ -42,7 +42,7 @@ def explained_parts(e: Explanation, title: str, figures_dir: str | Path, name: s
     ax.set_xlabel("time per step (ms), median of the runs' medians")
     what = WHAT.get(e.metric, e.metric)
     ax.set_title(f"{title}\n{what}: B less A {fmt.seconds_text(e.delta_s)}, parts sum to "
-                 f"{fmt.percent_text(e.coverage, 2)} of it", fontsize=9)
+                 f"{fmt.percent_text(e.coverage, 4)} of it", fontsize=9)
     ax.margins(x=0.15)
     fig.tight_layout()
     legend_outside(ax)
