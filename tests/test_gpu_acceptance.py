@@ -189,6 +189,37 @@ def test_the_step_timer_is_timed_on_every_gpu_with_another_one_current(acceptanc
     assert timed == [("cuda:0", "cuda:1"), ("cuda:1", "cuda:2"), ("cuda:2", "cuda:0")], "every GPU, not only the asked"
 
 
+def test_the_memory_floor_check_trains_under_the_studys_backend_flags(acceptance, monkeypatch):
+    """The allocator's peak is compared with the floor only for steps run as a study runs them: inside
+    ``configuration`` (cuDNN's autotuner and TF32 as the precision sets them), whose workspaces count."""
+    from contextlib import contextmanager
+
+    fake_cuda(monkeypatch, H100_SXM)
+    inside: list[str] = []
+    steps: list[str | None] = []
+
+    @contextmanager
+    def configuration(device, settings):
+        inside.append(settings.knobs.precision)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(acceptance, "configuration", configuration)
+    monkeypatch.setattr(acceptance, "fresh_state", lambda device: None)
+    monkeypatch.setattr(acceptance, "_trainer", lambda ctx, precision="fp32": (None, None, None))
+    monkeypatch.setattr(acceptance, "train_step", lambda t, x, y: steps.append(inside[-1] if inside else None))
+    monkeypatch.setattr(acceptance, "synchronize", lambda device: None)
+    monkeypatch.setattr(acceptance, "training_floor_bytes", lambda *args: 100)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 200)
+    ctx = acceptance.Context(torch.device("cuda:0"), acceptance.Sizes(), None, "", None)
+    checks = acceptance.check_memory_floor(ctx)
+    assert steps == ["fp32"] * 3 + ["amp_fp16"] * 3, "every step inside the precision's own configuration"
+    assert [c.name.endswith(f"({p})") for c, p in zip(checks, ("fp32", "amp_fp16"))] == [True, True]
+
+
 def test_on_a_mig_slice_the_run_is_judged_and_sized_for_the_slice(acceptance, monkeypatch):
     fake_cuda(monkeypatch, A100_MIG_1G)
     monkeypatch.setattr(acceptance, "fp32_floor_bytes", _floor)
