@@ -351,7 +351,7 @@ def test_cached_ceilings_of_another_device_or_torch_are_measured_again(tmp_path,
         measured.append(device)
         return Ceilings(str(device), cache.device_name(device), peak_flops_per_s={"fp32": 1e11},
                         bandwidth_bytes_per_s=1e10, torch=torch.__version__, matmul_flops_per_s={"fp32": 9e10},
-                        conv_flops_per_s={"fp32": 1e11})
+                        conv_flops_per_s={"fp32": 1e11}, kind_flops_per_s={"conv3x3": {"fp32": 1e11}})
 
     monkeypatch.setattr(cache, "measure_ceilings_robust", fake_measure)
     monkeypatch.setenv("BENCHLIB_CACHE", str(tmp_path / "machine-cache"))
@@ -363,16 +363,16 @@ def test_cached_ceilings_of_another_device_or_torch_are_measured_again(tmp_path,
     paths = [next((tmp_path / "a" / "ceilings").glob("*.json")), next((tmp_path / "machine-cache" / "ceilings").glob(
         "*.json"))]
     for stale in ({"device_name": "Another CPU"}, {"torch": "1.0.0"}, {"conv_flops_per_s": {}},
-                  {"fingerprint": {**first.fingerprint, "cpus": "64"}}):
+                  {"kind_flops_per_s": {}}, {"fingerprint": {**first.fingerprint, "cpus": "64"}}):
         for path in paths:
             path.write_text(json.dumps({**json.loads(path.read_text()), **stale}))
         with pytest.warns(UserWarning, match="re-measuring ceilings"):
             cache.ensure_ceilings(tmp_path / "a", "cpu")
-    assert len(measured) == 5
+    assert len(measured) == 6
     paths[1].write_text(json.dumps({**json.loads(paths[1].read_text()), "fingerprint": {}}))
     with pytest.warns(UserWarning, match="re-measuring ceilings.*without a fingerprint"):
         cache.ensure_ceilings(tmp_path / "c", "cpu")
-    assert len(measured) == 6, "the machine cache keeps only what says what it was measured under"
+    assert len(measured) == 7, "the machine cache keeps only what says what it was measured under"
 
 
 # ---------------------------------------------------------------- 14. eager fallback is said, not silent
