@@ -63,30 +63,37 @@ class HookTimer:
         self.leaves, self.clock = dict(leaves), clock
         self._marks: list[tuple[float, str, str]] = []  # (clock, layer, phase) at a start and at its end, in turn
         self._inputs: dict[str, set[Any]] = {}
+        marks = self._marks
+        # each layer's two node hooks made once, not per node and step: a backward mark is all they do
+        self._node_hooks = {name: (lambda grad_outputs, name=name: marks.append((clock(), name, "backward")),
+                                   lambda grad_inputs, grad_outputs, name=name: marks.append((clock(), name,
+                                                                                               "backward")))
+                            for name in self.leaves}
 
     def _before(self, name: str) -> Callable[..., None]:
-        marks, clock = self._marks, self.clock
+        marks, clock, inputs = self._marks, self.clock, self._inputs
 
         def hook(module: torch.nn.Module, args: Any) -> None:
             if torch.is_grad_enabled():
-                self._inputs[name] = {t.grad_fn for t in _tensors(args) if t.grad_fn is not None}
+                if len(args) == 1 and isinstance(args[0], torch.Tensor):  # a leaf's usual call: one tensor
+                    node = args[0].grad_fn
+                    inputs[name] = {node} if node is not None else set()
+                else:
+                    inputs[name] = {t.grad_fn for t in _tensors(args) if t.grad_fn is not None}
             marks.append((clock(), name, "forward"))
         return hook
 
     def _after(self, name: str) -> Callable[..., None]:
-        marks, clock = self._marks, self.clock
+        marks, clock, inputs = self._marks, self.clock, self._inputs
+        pre, post = self._node_hooks[name]
 
         def hook(module: torch.nn.Module, args: Any, out: Any) -> None:
             marks.append((clock(), name, "forward"))
             if torch.is_grad_enabled():
-                for node in recorded_nodes(out, self._inputs.pop(name, set())):
-                    self._time_node(name, node)
+                for node in recorded_nodes(out, inputs.pop(name, set())):
+                    node.register_prehook(pre)
+                    node.register_hook(post)
         return hook
-
-    def _time_node(self, name: str, node: Any) -> None:
-        marks, clock = self._marks, self.clock
-        node.register_prehook(lambda grad_outputs: marks.append((clock(), name, "backward")))
-        node.register_hook(lambda grad_inputs, grad_outputs: marks.append((clock(), name, "backward")))
 
     @contextmanager
     def attached(self) -> Iterator[HookTimer]:
