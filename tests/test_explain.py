@@ -137,12 +137,17 @@ def test_a_file_before_format_2_gives_points_and_says_there_is_no_interval():
     assert run_of(old, inference=True) is None  # a format-1 file has no batch-1 forward
 
 
-def _layer_file(parts: dict, roofs: dict, seed: int, steps: int = 20) -> dict:
-    """A format-2 per-layer file as `benchlib layers` writes one, its figures drawn here."""
+def _layer_file(parts: dict, roofs: dict, seed: int, steps: int = 20, timing_ms: float = 0.0) -> dict:
+    """A format-2 per-layer file as `benchlib layers` writes one, its figures drawn here; ``timing_ms``: what
+    timing each step layer by layer cost it (a ``(timing)`` row, in no plain step)."""
     (run,) = _runs(parts, roofs, runs=1, steps=steps, seed=seed)
     rows = [{"layer": k[0], "phase": k[1], "time_s": float(np.median(v)), "bound": roofs.get(k, (None,))[0],
              "roof_fraction": roofs.get(k, (None, None))[1]} for k, v in run.parts.items()]
     series = [{"layer": k[0], "phase": k[1], "time_s": list(v)} for k, v in run.parts.items()]
+    if timing_ms:
+        rows.append({"layer": "(timing)", "phase": "other", "time_s": timing_ms * MS, "bound": None,
+                     "roof_fraction": None})
+        series.append({"layer": "(timing)", "phase": "other", "time_s": [timing_ms * MS] * steps})
     return {"format_version": 2, "layers": rows, "step_s": float(np.median(run.whole_s)), "per_step": series,
             "plain_steps_s": list(run.whole_s), "plain_data_wait_s": [0.0] * run.whole_s.size, "inference": None}
 
@@ -200,9 +205,12 @@ def test_a_study_measures_every_configuration_layer_by_layer_but_a_compiled_one(
     assert len({c.run_id for c in picked}) == 12  # the compiled variant is not split: no layer owns its kernels
 
 
-def test_two_batch_sizes_are_split_per_sample_and_agree_with_the_throughput_verdict(tmp_path):
+@pytest.mark.parametrize("timing_ms", [0.0, 1.5])
+def test_two_batch_sizes_are_split_per_sample_and_agree_with_the_throughput_verdict(tmp_path, timing_ms):
     """Batch 16 against batch 64 (``diff --ignore batch_size``): B's step is 2.5x A's for 4x the samples, so per
-    sample B takes 0.625x A's time; the split is of the step over its batch, the verdict the throughput's."""
+    sample B takes 0.625x A's time; the split is of the step over its batch, the verdict the throughput's.
+    Timing each step layer by layer costs the same at both batches (``timing_ms``, as the hooks' cost does):
+    counted as a part, it would weigh 4x more per sample at 16 and push coverage to 1.35; it is no part."""
     import json
 
     import pandas as pd
@@ -218,7 +226,7 @@ def test_two_batch_sizes_are_split_per_sample_and_agree_with_the_throughput_verd
             run_id = f"cpu__m__bs{batch}__default__fp32__abc__seed{i}"
             path = ResultsLayout.of(tmp_path).layers_path("box", run_id)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(_layer_file(parts, ROOFS_A, seed=10 * i + batch)))
+            path.write_text(json.dumps(_layer_file(parts, ROOFS_A, seed=10 * i + batch, timing_ms=timing_ms)))
             step_s = sum(parts.values()) * MS * (1 + 0.01 * i)
             rows[side].append({"machine": "box", "hardware": "cpu", "model": "m", "batch_size": batch,
                                "status": "ok", "run_id": run_id, "results_dir": str(tmp_path),
@@ -229,7 +237,9 @@ def test_two_batch_sizes_are_split_per_sample_and_agree_with_the_throughput_verd
     whole_a = sum(A_PARTS.values()) * MS
     assert e.metric == PER_SAMPLE and e.explained, e.why
     assert e.a_s == pytest.approx(whole_a / 16, rel=0.05) and e.b_s == pytest.approx(whole_a * 2.5 / 64, rel=0.05)
-    assert e.delta_s < 0 and e.covered  # less time per sample in B, as the throughput's verdict says
+    assert e.delta_s < 0 and e.covered, e.coverage  # less time per sample in B, as the throughput's verdict says
+    assert "(timing)" not in set(e.parts["layer"])
+    assert any("timing layer by layer cost" in n for n in e.notes) == bool(timing_ms)
     top = e.parts.iloc[0]
     assert (top["layer"], top["phase"]) == ("layer1.conv", "backward")
     assert top["delta_s"] == pytest.approx(4.0 * MS * (2.5 / 64 - 1 / 16), rel=0.1)

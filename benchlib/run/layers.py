@@ -32,7 +32,7 @@ from ..env.devices import resolve_hardware, synchronize
 from ..env.manifest import machine_name
 from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
-from ..instruments.hook_times import HookTimer
+from ..instruments.hook_times import CallCost, HookTimer, probe_cost
 from ..instruments.layer_times import (
     LAYER_PREFIX,
     layer_kernels,
@@ -51,7 +51,7 @@ from ..roofline.cache import ensure_ceilings
 from ..roofline.layers import RoofOf, layer_roofline, median_per_step, predicted_step_s, times_per_step
 from ..roofline.model import roof_dtype
 from ..spec.settings import RunConfig
-from ..spec.vocab import DATA_WAIT_LAYER
+from ..spec.vocab import DATA_WAIT_LAYER, TIMING_LAYER
 from ..store.atomic import atomic_write_json, json_ready
 from ..store.layout import ResultsLayout
 from ..store.schema import LAYERS_FORMAT_VERSION
@@ -206,7 +206,8 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         profiled: list[float] = []
         cycles: list[list[Any]] = []
         hooked: list[pd.DataFrame] = []
-        timer = HookTimer(leaf_modules(built.model))
+        call_cost = CallCost() if on_gpu else probe_cost()  # the hooks' calls, before the steps they time
+        timer = HookTimer(leaf_modules(built.model), call_cost=call_cost)
         while len(profiled) < steps:
             n = min(block, steps - len(profiled))
             for _ in range(n):
@@ -236,7 +237,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         if s.knobs.quantization != "none":  # the variant serves an int8 copy of the trained model
             served = served_net = quantized_copy(built.model.eval(), s.knobs.quantization, built.loaders.train)
             built.model.train()
-        forward = _Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs)
+        forward = _Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs, call_cost)
         inference = forward.measure(served, steps, block, on_gpu)
         say("layers: batch-1 forwards profiled")
     per_step = hooked + [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
@@ -264,7 +265,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     table = layer_roofline(times, work.flops, {k: v * element_bytes for k, v in work.elements.items()}, kinds,
                            step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
                            cache_bytes=cache_bytes, op_kinds=ops, roof_of=roof_of)
-    placed = table[~table["layer"].isin([UNATTRIBUTED, DATA_WAIT_LAYER])]
+    placed = table[~table["layer"].isin([UNATTRIBUTED, DATA_WAIT_LAYER, TIMING_LAYER])]
     report = LayerReport(
         run_id=cfg.run_id, table=table, step_s=step_s, instrumented_step_s=statistics.median(profiled),
         coverage=float(placed["time_s"].sum()) / step_s, predicted_step_s=predicted_step_s(table),
@@ -273,7 +274,8 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         element_bytes=element_bytes, steps=len(per_step),
         about={"study": cfg.study, "model": cfg.model, "hardware": cfg.hardware, "device": str(device),
                "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
-               "machine": machine_name(), "cache_bytes": cache_bytes},
+               "machine": machine_name(), "cache_bytes": cache_bytes,
+               **({} if on_gpu else {"hook_call_cost_s": call_cost.to_json()})},
         plain_steps_s=plain, plain_data_wait_s=waits, per_step=_series(per_step))
     if served is built.model:
         report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
@@ -301,8 +303,10 @@ class _Forwards:
     """Batch-1 forwards of the trained model in eval mode, as latency calls run (inference mode, the variant's
     autocast and memory format), timed plain and profiled in alternating blocks like the training steps."""
 
-    def __init__(self, net: torch.nn.Module, x1: torch.Tensor, device: torch.device, knobs: Any) -> None:
+    def __init__(self, net: torch.nn.Module, x1: torch.Tensor, device: torch.device, knobs: Any,
+                 call_cost: CallCost | None = None) -> None:
         self.net, self.x1, self.device, self.knobs = net, x1, device, knobs
+        self.call_cost = call_cost
 
     def one(self) -> float:
         start = time.perf_counter()
@@ -344,7 +348,7 @@ class _Forwards:
 
     def _hooked(self, leaves: dict[str, torch.nn.Module], n: int) -> list[pd.DataFrame]:
         """``n`` forwards timed layer by layer by the host clock in hooks (``instruments.hook_times``)."""
-        timer = HookTimer(leaves)
+        timer = HookTimer(leaves, call_cost=self.call_cost)
         with timer.attached():
             return [timer.step_rows(self.one()) for _ in range(n)]
 
@@ -395,6 +399,8 @@ def _notes(r: LayerReport) -> list[str]:
              f"{r.steps} plain steps interleaved with them",
              "bytes: what every op reads (its tensor inputs) and writes (its results and the inputs it changes in "
              "place) once each, at the run's element size: the traffic of a cache that keeps nothing",
+             "(timing): what timing layer by layer cost each step, the hooks' bodies timed in place and their "
+             "calls at the cost a probe measured before the steps (CPU); no split counts it as work",
              "roofs: each layer meets the roof of its kind of operation (op_kind: a 3x3, 1x1 or depthwise "
              "convolution, a matrix product, or elementwise work), and the cache's bandwidth where a call's "
              "tensors fit in the last-level cache (cache_resident), DRAM's elsewhere"]

@@ -103,3 +103,6 @@ UNATTRIBUTED_LAYER = "(unattributed)"
 OPTIMIZER_LAYER = "(optimizer)"
 # The row of the time a step waited for its batch (the ``data_wait`` region), measured apart from the rest.
 DATA_WAIT_LAYER = "(data wait)"
+# The row of what timing a step layer by layer cost it (the hooks' own bodies, timed in place, and their calls'
+# overhead, measured on a probe): the instrument's time, never the work's, so no split names it a cause.
+TIMING_LAYER = "(timing)"

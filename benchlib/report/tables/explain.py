@@ -6,7 +6,8 @@ the optimizer's step, the wait for the batch and what no layer holds (``(unattri
 less all of those, measured by the profiler's own step range). A part's figure on a side is the median of its
 runs' medians, as ``stats.compare_runs`` takes a side's figure; its interval comes from the same hierarchical
 bootstrap (runs resampled, then the steps inside each chosen run). Layers are matched by name: a layer one
-side does not have (fused or quantized away) is a part of its own, 0 on the other side.
+side does not have (fused or quantized away) is a part of its own, 0 on the other side. What timing layer by
+layer cost the step (``(timing)``, CPU files) is the instrument's time, not the work's: no part, said in a note.
 
 The parts are checked against the whole, never forced to it: ``coverage`` is the sum of the parts'
 differences over the plain steps' difference, and a coverage outside ``COVERAGE_RANGE`` is said. Nothing is
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...spec.vocab import TIMING_LAYER
 from ..evidence.stats import CLAIMS, CONFIDENCE, RESAMPLES, SEED, hierarchical_medians
 
 Key = tuple[str, str]  # (layer, phase)
@@ -46,6 +48,7 @@ class LayerRun:
     parts: dict[Key, np.ndarray]  # seconds per profiled step (one median where the file kept no steps)
     roofs: dict[Key, tuple[str, float]] = field(default_factory=dict)  # bound word, fraction of the roof
     per_step: bool = True  # False: a format-1 file, medians only (no interval)
+    timing_s: float = 0.0  # the median profiled step's cost of timing it layer by layer: no part of the split
 
 
 def _bound(row: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -69,13 +72,15 @@ def run_of(data: Mapping[str, Any], inference: bool = False) -> LayerRun | None:
     series = part.get("per_step") or []
     if series:
         parts = {(str(s["layer"]), str(s["phase"])): np.asarray(s["time_s"], dtype=float) for s in series}
+        timing = parts.pop((TIMING_LAYER, "other"), np.zeros(1))
         plain = np.asarray(part.get("plain_steps_s") or [], dtype=float)
         wait = np.asarray(part.get("plain_data_wait_s") or [], dtype=float)
         whole = plain + wait if wait.size == plain.size else plain
-        return LayerRun(whole, parts, roofs, per_step=True)
+        return LayerRun(whole, parts, roofs, per_step=True, timing_s=float(np.median(timing)))
     if not rows or not part.get("step_s"):
         return None
-    medians = {(str(r["layer"]), str(r["phase"])): np.asarray([float(r["time_s"] or 0.0)]) for r in rows}
+    medians = {(str(r["layer"]), str(r["phase"])): np.asarray([float(r["time_s"] or 0.0)]) for r in rows
+               if r["layer"] != TIMING_LAYER}
     return LayerRun(np.asarray([float(part["step_s"])]), medians, roofs, per_step=False)
 
 
@@ -84,7 +89,7 @@ def per_sample(run: LayerRun, batch_size: int) -> LayerRun:
     if batch_size < 1:
         raise ValueError(f"per_sample: batch size {batch_size}; allowed: 1 or more")
     return LayerRun(run.whole_s / batch_size, {k: v / batch_size for k, v in run.parts.items()}, run.roofs,
-                    run.per_step)
+                    run.per_step, run.timing_s / batch_size)
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,10 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
     parts = pd.DataFrame(rows, columns=list(PART_COLUMNS)).sort_values("share", ascending=False,
                                                                         ignore_index=True)
     coverage = float(parts["delta_s"].sum()) / delta if delta else math.nan
+    timing_a, timing_b = (float(np.median([r.timing_s for r in runs])) for runs in (runs_a, runs_b))
+    if timing_a or timing_b:
+        notes.append(f"timing layer by layer cost {timing_a * 1e3:.3g} ms in A and {timing_b * 1e3:.3g} ms in B "
+                     "(the hooks' own time, median step): the instrument's, left out of the parts")
     if not COVERAGE_RANGE[0] <= coverage <= COVERAGE_RANGE[1]:
         notes.append(f"the parts sum to {coverage:.3f}x the measured difference, outside "
                      f"{COVERAGE_RANGE[0]}-{COVERAGE_RANGE[1]}: the steps timed layer by layer do not add up to "
