@@ -13,6 +13,7 @@ from ..evidence import stats
 from ..evidence.samples import SampleFiles, SampleReader
 from .caveats import failures, measured_rows, not_run, warnings
 from .claims import batch_sizes, devices, models, scaling, unsupported, variants
+from .precisions import precision_sentences
 from .work import layer_sentences, roofline_sentences, time_sentences
 
 
@@ -44,7 +45,8 @@ def key_findings(df: pd.DataFrame, profiles: Sequence[Mapping[str, Any]] = (),
     reader = reader or SampleFiles()
     good = measured_rows(df)
     for title, claims in (("Devices", devices), ("Models", models), ("Optimization variants", variants),
-                          ("Batch size", batch_sizes), ("Scaling", scaling)):
+                          ("bf16 against fp16", precision_sentences), ("Batch size", batch_sizes),
+                          ("Scaling", scaling)):
         out.add(title, _supported(claims(df, reader), out))
     out.add("Roofline", roofline_sentences(good))
     out.add("Where the time goes", time_sentences(profiles, bool(good["machine"].nunique() > 1))
