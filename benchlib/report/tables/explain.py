@@ -210,8 +210,9 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
     coverage = float(parts["delta_s"].sum()) / delta if delta else math.nan
     timing_a, timing_b = (float(np.median([r.timing_s for r in runs])) for runs in (runs_a, runs_b))
     if timing_a or timing_b:
-        notes.append(f"timing layer by layer cost {timing_a * 1e3:.3g} ms in A and {timing_b * 1e3:.3g} ms in B "
-                     "(the hooks' own time, median step): the instrument's, left out of the parts")
+        each = "sample" if metric == PER_SAMPLE else "step"
+        notes.append(f"timing layer by layer cost {timing_a * 1e3:.3g} ms in A and {timing_b * 1e3:.3g} ms in B a "
+                     f"{each} (the hooks' own time, median): the instrument's, left out of the parts")
     if not COVERAGE_RANGE[0] <= coverage <= COVERAGE_RANGE[1]:
         notes.append(f"the parts sum to {coverage:.3f}x the measured difference, outside "
                      f"{COVERAGE_RANGE[0]}-{COVERAGE_RANGE[1]}: the steps timed layer by layer do not add up to "
