@@ -211,11 +211,19 @@ def _measure_add(dtype_name: str, tensor_bytes: int, device: torch.device, repea
     return _time_per_op_s(lambda: torch.add(a, b, out=c), device, repeats, warmup)
 
 
+@dataclasses.dataclass(frozen=True)
+class KindRoofs:
+    """The roofs of each kind of operation, measured together (``measure_kind_roofs``)."""
+
+    flops_per_s: dict[str, dict[str, float]]  # kind -> dtype -> FLOP/s (conv3x3, conv1x1, depthwise, matmul)
+    bandwidth_bytes_per_s: dict[str, dict[str, float]]  # dram / cache -> dtype -> bytes/s
+    samples: dict[str, list[float]]  # the raw seconds per op behind each figure
+    method: str  # how they were measured, in words
+
+
 def measure_kind_roofs(dtypes: Sequence[str], device: torch.device, repeats: int, warmup: int,
                        matmul_flops_per_s: dict[str, float], conv_shape: Sequence[int] | None = None,
-                       tensor_bytes: int | None = None) -> tuple[dict[str, dict[str, float]],
-                                                                 dict[str, dict[str, float]],
-                                                                 dict[str, list[float]], str]:
+                       tensor_bytes: int | None = None) -> KindRoofs:
     """Per kind of operation and dtype, the FLOP/s of its roof (``conv3x3``, ``conv1x1``, ``depthwise``; the
     ``matmul``'s is measured by the caller) and the bytes/s of elementwise work on DRAM-sized and cache-sized
     tensors (``dram``, ``cache``: the highest of ``CACHE_TENSOR_BYTES``), with the raw samples behind each and
@@ -249,7 +257,7 @@ def measure_kind_roofs(dtypes: Sequence[str], device: torch.device, repeats: int
                 bandwidth[kind][name] = max(figure, bandwidth[kind].get(name, 0.0))
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return flops, bandwidth, samples, _kinds_method(shapes, dram, cache)
+    return KindRoofs(flops, bandwidth, samples, _kinds_method(shapes, dram, cache))
 
 
 def _measure_copy(n_bytes: int, device: torch.device, repeats: int, warmup: int) -> tuple[list[float], int]:
@@ -320,9 +328,10 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         conv_peaks[name] = conv_flops(shape[0], shape[1], shape[2], kernel) / Samples.of(per_conv_s).median
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    kind_flops, kind_bandwidth, kind_samples, kinds_method = measure_kind_roofs(
-        chosen, dev, repeats, warmup, matmul_peaks, conv_shape, copy_bytes // 4 if copy_bytes else None)
-    samples.update(kind_samples)
+    kinds = measure_kind_roofs(chosen, dev, repeats, warmup, matmul_peaks, conv_shape,
+                               copy_bytes // 4 if copy_bytes else None)
+    kind_flops, kind_bandwidth = kinds.flops_per_s, kinds.bandwidth_bytes_per_s
+    samples.update(kinds.samples)
     # the whole model's roof keeps the highest product, but on CUDA not a 3x3's: Winograd would inflate it
     whole_kinds = [k for k in kind_flops if not (dev.type == "cuda" and k == "conv3x3")]
     peak_flops_per_s = {name: max(matmul_peaks[name], conv_peaks[name],
@@ -355,7 +364,7 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
             "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "
             f"bandwidth: dst.copy_(src) of {n_bytes} bytes, moved = read + written = {2 * n_bytes} bytes per copy, "
             "timed the same way; bandwidth = bytes moved / median sample, or the DRAM add's where higher. "
-            f"Per kind of operation (each layer is judged by its own): {kinds_method}"
+            f"Per kind of operation (each layer is judged by its own): {kinds.method}"
         ),
     )
 
