@@ -87,6 +87,17 @@ def test_settings_table_lists_the_grid_and_common_settings_and_marks_what_varies
     assert t["batch sizes"] == "64, 128"
 
 
+def test_a_setting_left_unset_beside_a_value_varies():
+    """A study of the default (threads left to benchlib: 2 from the affinity) against one thread must not read
+    'threads 1' as if every configuration ran on one."""
+    auto, one = json.dumps({"threads": None, "lr": 0.01}), json.dumps({"threads": 1, "lr": 0.01})
+    rows = [_row("a", settings_json=auto), _row("b", variant="one-thread", settings_json=one)]
+    t = headline.settings_table(pd.DataFrame(rows)).set_index("setting")["value"]
+    assert t["threads"] == "1, unset (varies)" and t["lr"] == "0.01"
+    all_auto = headline.settings_table(pd.DataFrame([_row("a", settings_json=auto)])).set_index("setting")["value"]
+    assert "threads" not in all_auto.index
+
+
 def test_readable_cells_by_unit():
     df = pd.DataFrame({"peak_rss_bytes": [1.264e9, None], "params": [2.237e6, math.nan],
                        "train_samples_per_s": [6515.0, 10234.0], "train_step_s_median": [0.0123, 1.5],

@@ -196,6 +196,9 @@ def _setting_text(value: Any) -> str:
     return str(value)
 
 
+UNSET = "unset"  # a setting left to benchlib's choice in some configurations
+
+
 def settings_table(df: pd.DataFrame, main: bool = True) -> pd.DataFrame:
     """The study's grid and the settings its configurations ran with (``varies`` where they differ).
 
@@ -215,9 +218,11 @@ def settings_table(df: pd.DataFrame, main: bool = True) -> pd.DataFrame:
     for key in keys:
         if key in GRID:
             continue
-        values = [v for v in settings[key].tolist() if v is not None and not (isinstance(v, float) and pd.isna(v))]
+        given = [p[key] for p in parsed if key in p]  # a row written before the setting existed says nothing
+        values = [v for v in given if v is not None and not (isinstance(v, float) and pd.isna(v))]
         if not values:
             continue
-        texts = sorted({_setting_text(v) for v in values})
+        # left unset (benchlib chose: threads from the CPU affinity, for one) beside a value: the study varied it
+        texts = sorted({_setting_text(v) for v in values} | ({UNSET} if len(values) < len(given) else set()))
         rows.append({"setting": key, "value": ", ".join(texts) + (" (varies)" if len(texts) > 1 else "")})
     return pd.DataFrame(rows, columns=["setting", "value"])
