@@ -59,7 +59,6 @@ CONV_KERNEL = {"cpu": 3, "cuda": 1, "mps": 3}
 # (batch, channels, side) of a 3x3, a 1x1 and a depthwise 3x3 convolution; the bytes of each tensor of an
 # elementwise add on DRAM-sized tensors; and the sizes tried for cache-sized ones (the highest is the
 # cache's roof: a layer whose tensors fit in the last-level cache meets it, none can beat it).
-Shape = tuple[int, int, int]  # batch, channels (in = out), side
 KIND_SHAPES: dict[str, dict[str, Any]] = {
     "cpu": {"conv3x3": (16, 256, 14), "conv1x1": (16, 512, 14), "depthwise": ((4, 128, 28), (16, 128, 28))},
     "cuda": {"conv3x3": (32, 512, 28), "conv1x1": (64, 1024, 28), "depthwise": ((32, 256, 56), (128, 512, 56))},
