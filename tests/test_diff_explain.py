@@ -137,3 +137,26 @@ def test_compare_explain_returns_the_parts_as_a_dataframe(tmp_path):
             assert grp["coverage"].iloc[0] == pytest.approx(grp["delta_s"].sum() / grp["whole_delta_s"].iloc[0])
         else:
             assert len(grp) == 1 and grp["why"].iloc[0], grp  # the whole, and why nothing is split
+
+
+def test_the_baseline_is_the_first_variant_listed_whatever_order_the_rows_come_back_in(tmp_path, monkeypatch):
+    """The results folder hands rows back in no set order; the baseline is still the first variant named."""
+    from torch import nn
+
+    import benchlib
+    from benchlib.pipeline import compare as compare_module
+
+    real = compare_module.run_benchmark
+    monkeypatch.setattr(compare_module, "run_benchmark",
+                        lambda plan, *a, **k: real(plan, *a, **k).iloc[::-1].reset_index(drop=True))
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(4, 3))
+    table_names: list[list[str]] = []
+    one_thread = {"name": "one-thread", "threads": 1}
+    for order in (["cpu-default", one_thread], [one_thread, "cpu-default"]):
+        table = benchlib.compare(net, variants=order, hardware="cpu", batch_sizes=[4], image_size=16, steps=2,
+                                 results_dir=str(tmp_path / str(len(table_names))), metrics=["train_step_s"],
+                                 settings={"latency_repeats": 3, "latency_budget_s": 0}, progress=None)
+        names = [v if isinstance(v, str) else v["name"] for v in order]
+        table_names.append(names)
+        assert set(table["baseline"]) == {names[0]} and set(table["side"]) == {names[1]}, table

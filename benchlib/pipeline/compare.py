@@ -65,7 +65,7 @@ def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants
     frames = [run_benchmark(plan, results_dir, **run_args) for plan in plans]
     rows = pd.concat(frames, ignore_index=True)
     by = "model" if len(refs) > 1 else "variant"
-    baseline = refs[0] if by == "model" else str(rows["variant"].iloc[0])
+    baseline = refs[0] if by == "model" else plans[0].variants[0].name  # as listed: the rows come back unordered
     table = judged(rows, by, baseline, metrics)
     if not explain:
         return table
@@ -99,6 +99,8 @@ def explained(rows: pd.DataFrame, by: str, baseline: str) -> pd.DataFrame:
     causes: dict[str, list[str]] = {}
     for (hardware, batch), grp in good.groupby(["hardware", "batch_size"], sort=False):
         base = grp[grp[by] == baseline]
+        if base.empty:
+            continue
         for side, side_rows in grp[grp[by] != baseline].groupby(by, sort=False):
             label = f"{side} against {baseline} ({hardware}, bs{batch})"
             x = explain_sides(label, base, side_rows)
