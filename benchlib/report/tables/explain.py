@@ -12,7 +12,9 @@ layer cost the step (``(timing)``, CPU files) is the instrument's time, not the 
 The parts are checked against the whole, never forced to it: ``coverage`` is the sum of the parts'
 differences over the plain steps' difference, and a coverage outside ``COVERAGE_RANGE`` is said. Nothing is
 explained where the whole difference is not told apart from noise (a verdict of same or inconclusive, a
-difference within the noise floor, or an interval that holds 0). Pure: the files are read in
+difference within the noise floor, or, with no verdict to rest on, an interval that holds 0). Where the rows
+told the sides apart but the fewer per-layer steps cannot (a VM whose runs differ by a quarter hides a 10%
+whole, not a 40% change in a few layers), the split is made and says so. Pure: the files are read in
 ``readback.layers``.
 """
 from __future__ import annotations
@@ -167,7 +169,7 @@ def _unexplained(verdict: str | None, delta: float, a_s: float, low: float, high
     if math.isfinite(floor_pct) and a_s > 0 and abs(delta) / a_s * 100 <= floor_pct:
         return (f"the per-layer steps differ by {abs(delta) / a_s:.1%}, within this machine's noise floor "
                 f"(±{floor_pct:.0f}%): nothing to explain")
-    if math.isfinite(low) and low <= 0 <= high:
+    if math.isfinite(low) and low <= 0 <= high and verdict not in CLAIMS:
         return "the interval of the per-layer steps' difference holds 0: nothing to explain"
     if verdict in ("faster", "better") and delta > 0 or verdict in ("slower", "worse") and delta < 0:
         return ("the per-layer steps moved the other way from the rows' verdict: their split would explain a "
@@ -195,6 +197,11 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
     if why:
         return Explanation(metric, a_s, b_s, delta, low, high, math.nan, pd.DataFrame(columns=list(PART_COLUMNS)),
                            len(runs_a), len(runs_b), why, tuple(notes))
+    if math.isfinite(low) and low <= 0 <= high:  # the rows told the sides apart; the per-layer steps could not
+        each = "a sample" if metric == PER_SAMPLE else ""
+        notes.append(f"the per-layer runs' own difference, [{low * 1e3:.3g}, {high * 1e3:.3g}] ms{each and ' '}"
+                     f"{each}, holds 0: the split rests on the rows' verdict, a part is named a cause only where its "
+                     "own interval is clear of 0, and the coverage divides by this uncertain whole")
     keys = sorted({k for r in (*runs_a, *runs_b) for k in r.parts})
     rows = []
     for key in keys:
