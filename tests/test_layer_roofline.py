@@ -269,3 +269,28 @@ def test_each_layer_is_judged_by_the_roof_of_its_kind():
     assert table.loc["dw", "op_kind"] == "depthwise" and not table.loc["dw", "cache_resident"]
     assert table.loc["dw", "bound"] == "compute" and table.loc["dw", "roof_fraction"] == pytest.approx(0.5)
     assert table.loc["bn", "cache_resident"] and table.loc["bn", "roof_time_s"] == pytest.approx(1e6 / 50e9)
+
+
+def test_a_configurations_repeats_give_one_sentence_from_its_median_run_and_variants_are_named(tmp_path):
+    """Eight repeats of two variants once gave sixteen like sentences, none saying which variant it was."""
+    from benchlib.report.findings.work import layer_sentences
+    from benchlib.report.readback.layers import configurations, load_layer_reports, median_run
+
+    _saved_report(tmp_path)
+    (loaded,) = load_layer_reports([tmp_path])
+    predicted = loaded["predicted_step_s"]
+    runs = [{**loaded, "variant": variant, "run_id": f"{variant}-{seed}", "step_s": predicted * factor}
+            for variant, factors in (("cpu-default", (4, 2, 3)), ("cpu-channels-last", (5, 6)))
+            for seed, factor in enumerate(factors)]
+    groups = configurations(runs)
+    assert [[r["run_id"] for r in g] for g in groups] == [["cpu-default-1", "cpu-default-2", "cpu-default-0"],
+                                                           ["cpu-channels-last-0", "cpu-channels-last-1"]]
+    assert median_run(groups[0])["run_id"] == "cpu-default-2" and median_run(groups[1])["run_id"].endswith("-0")
+    default, channels_last = layer_sentences(runs)
+    assert default.startswith("resnet18 on cpu (bs8, cpu-default), layer by layer: ")
+    assert "(efficiency 33.3%;" in default and "the median of 3 runs" in default
+    assert "efficiencies 25.0%-50.0%" in default, default
+    assert channels_last.startswith("resnet18 on cpu (bs8, cpu-channels-last), layer by layer: ")
+    assert "(efficiency 20.0%;" in channels_last and "the median of 2 runs" in channels_last
+    (one,) = layer_sentences([loaded])
+    assert "runs" not in one.split("profiled steps)")[1].split(".")[0]  # one run: no range

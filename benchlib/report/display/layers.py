@@ -11,7 +11,7 @@ from IPython.display import Markdown, display
 
 from ..figures import layers as layer_figures
 from ..findings.work import layer_sentences
-from ..readback.layers import load_layer_reports
+from ..readback.layers import configurations, load_layer_reports, median_run
 from ..tables import layers as layer_tables
 from . import show
 
@@ -47,5 +47,10 @@ def layers(results_dirs: Iterable[str], figures_dir: str) -> None:
     display(Markdown(ABOUT))
     for line in layer_sentences(reports, groups=3):
         display(Markdown(line))
-    for r in reports:
+    for runs in configurations(reports):  # a configuration's repeats: its median run's page stands for them
+        r = median_run(runs)
+        if len(runs) > 1:
+            title = f"{r.get('model')} on {r.get('device')} (bs{r.get('batch_size')}, {r.get('variant')})"
+            display(Markdown(f"**{title}**: the run with the median measured step of {len(runs)} "
+                             f"({r.get('run_id')}); every run's table is in the results folder's `layers/`."))
         layer_page(r, figures_dir)

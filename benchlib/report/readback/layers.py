@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ...store.layout import ResultsLayout
-from ...store.schema import LAYERS_FORMAT_VERSION
+from ...store.schema import LAYERS_FORMAT_VERSION, finite_float
+
+# what makes two per-layer reports runs of one configuration (a study's repeats differ by seed only)
+CONFIGURATION_KEYS = ("machine", "device", "model", "batch_size", "variant", "image_size")
 
 
 def migrate_layers(data: dict[str, Any]) -> dict[str, Any]:
@@ -44,6 +48,21 @@ def load_layer_reports(results_dirs: Iterable[str | Path]) -> list[dict[str, Any
             data["path"] = str(path)
             found.append(data)
     return found
+
+
+def configurations(reports: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """The reports grouped into configurations (``CONFIGURATION_KEYS``), in first-seen order, each group's runs
+    sorted by measured step: a study's repeats are read as one configuration, not as so many."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for r in reports:
+        groups.setdefault(tuple(str(r.get(k)) for k in CONFIGURATION_KEYS), []).append(r)
+    return [sorted(g, key=lambda r: finite_float(r.get("step_s")) or math.inf) for g in groups.values()]
+
+
+def median_run(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The run whose measured step is the median of a configuration's (sorted, as ``configurations`` gives
+    them; the lower of the two middle ones): a real run that stands for the rest, not an average of tables."""
+    return runs[(len(runs) - 1) // 2]
 
 
 def layer_file_of(row: Mapping[str, Any]) -> Path | None:
