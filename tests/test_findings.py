@@ -239,6 +239,7 @@ def test_warnings_for_interfered_and_noisy_rows_come_first():
     assert any("1 of 2 rows were measured while other processes used up to 45% of the CPUs" in w
                for w in out.warnings)
     assert any(w.startswith("1 of 2 rows is noisy") and "mobilenet_v2" in w for w in out.warnings)
+    assert any(w.endswith("on a quiet machine or with `repeats: 3`.") for w in out.warnings), out.warnings
     text = key.as_markdown(out)
     assert text.index("**Warning:**") < text.index("**Models**")
 
@@ -329,3 +330,22 @@ def test_accuracy_says_whether_it_is_one_training_or_seeds():
     assert caveats.accuracy_sentence(seeds).startswith("Test accuracy is the median over each configuration's seeds "
                                                        "(up to 3)")
     assert caveats.accuracy_sentence(one.assign(test_accuracy=np.nan)) == ""
+
+
+def test_rows_noisy_after_repeats_are_not_told_to_repeat_three_times():
+    """An 8-repeat study's noisy rows were told to rerun with `repeats: 3`: fewer runs than they had."""
+    rows = [_row(f"cpu__resnet18__bs64__default__fp32__abc__seed{i}", seed=i, train_step_noisy=True)
+            for i in range(8)]
+    df, _ = _frame(rows, {r["run_id"]: 0.05 for r in rows})
+    (noisy,) = [w for w in caveats.warnings(df) if "noisy" in w]
+    assert "`repeats: 3`" not in noisy and "more repeats than 8" in noisy, noisy
+
+
+def test_the_heading_counts_configurations_and_their_runs_apart():
+    from benchlib.report.display.summary import heading
+
+    runs = pd.DataFrame([_row(f"cpu__resnet18__bs64__{v}__fp32__abc__seed{i}", variant=v, seed=i,
+                              device_name="Xeon") for v in ("default", "cl") for i in range(3)])
+    assert "Study s: 2 configuration(s) in 6 run(s), 6 measured, on cpu (Xeon)" in heading("t", runs).data
+    one_each = runs[runs["seed"] == 0]
+    assert "Study s: 2 configuration(s), 2 measured, on cpu (Xeon)" in heading("t", one_each).data

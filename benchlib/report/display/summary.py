@@ -70,7 +70,9 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
     machines = sorted(map(str, df["machine"].dropna().unique()))
     ok = int((df["status"] == "ok").sum())
     studies = ", ".join(sorted(map(str, df["study"].dropna().unique()))) if "study" in df else ""
-    text = (f"# {title}\n\nStudy {studies}: {len(df)} configuration(s), {ok} measured, on "
+    configs = int(selection.config_key(df["run_id"]).nunique()) if "run_id" in df else len(df)
+    runs = f" in {len(df)} run(s)" if configs != len(df) else ""
+    text = (f"# {title}\n\nStudy {studies}: {configs} configuration(s){runs}, {ok} measured, on "
             f"{'; '.join(devices)} (machine{'s' if len(machines) > 1 else ''} {', '.join(machines)}).")
     return Markdown(text)
 

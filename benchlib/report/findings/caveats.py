@@ -121,10 +121,13 @@ def warnings(df: pd.DataFrame) -> list[str]:
             noisy_mask |= flag_mask(good[column]).to_numpy()
     if noisy_mask.any():
         n = int(noisy_mask.sum())
+        runs = int(config_key(good.loc[noisy_mask, "run_id"]).value_counts().min())  # the fewest a noisy one had
+        more = ("`repeats: 3`" if runs < 3 else f"more repeats than {runs} (an interval narrows as the square root "
+                "of the runs)")
         out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over "
                    f"{NOISY_IQR_OVER_MEDIAN:.0%} in their step "
                    f"times, latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "
-                   "measure them again on a quiet machine or with `repeats: 3`.")
+                   f"measure them again on a quiet machine or with {more}.")
     if "above_roof" in good:
         above = good[flag_mask(good["above_roof"])]
         if not above.empty:
