@@ -177,9 +177,24 @@ def test_the_best_variant_against_the_default_with_accuracy():
 
 
 def test_no_variant_faster_than_the_default_is_said_so():
-    df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.1001})
+    rows = [_row("d"), _row("cl", variant="channels-last"), _row("t1", variant="one-thread")]
+    df, reader = _frame(rows, {"d": 0.10, "cl": 0.1001, "t1": 0.1002})
     (line,) = [x for x in claims.variants(df, reader) if "train" in x]
     assert "no variant trains faster than default" in line and "the same within noise" in line
+    (alone,) = [x for x in claims.variants(df[df["run_id"] != "t1"], reader) if "train" in x]
+    assert alone.startswith("resnet18 on cpu (bs64): channels-last trains as fast as default, the same within "
+                            "noise (1.00x"), alone
+
+
+def test_a_single_slower_variant_is_named_once_not_ranked_among_others():
+    """One variant slower than the default read 'every variant trains slower ...; the closest, X', then again
+    'trains slower than default with: X'."""
+    df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.125})
+    lines = [x for x in claims.variants(df, reader) if "train" in x]
+    assert len(lines) == 1 and lines[0].startswith("resnet18 on cpu (bs64): channels-last trains slower (steps) "
+                                                   "than default, 0.8"), lines
+    assert "every variant" not in lines[0] and "closest" not in lines[0]
+    assert claims.unsupported(lines[0]) is None
 
 
 def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():

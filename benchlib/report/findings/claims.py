@@ -210,8 +210,10 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
     return lines
 
 
-def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str], baseline: str) -> str:
-    """The best variant on one metric against the default, worded by its verdict, with its accuracy change."""
+def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str], baseline: str,
+                   alone: bool = False) -> str:
+    """The best variant on one metric against the default, worded by its verdict, with its accuracy change;
+    ``alone``: it is the only variant, so it is named, not ranked ("every variant", "the closest")."""
     verdict, level = str(best[f"{label}_verdict"]), str(best.get(f"{label}_level") or "")
     lvl = f" ({level})" if level else ""
     ratio = re.sub(r" \S+( \([^)]*\))?$", "", str(best[label]))
@@ -219,9 +221,13 @@ def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str
     acc = f"; accuracy {accuracy:+.1f} points" if np.isfinite(accuracy) else ""
     if verdict in ("faster", "better"):
         return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} faster{lvl} than {baseline}{acc}."
+    if verdict == "same" and alone:
+        return f"{where}: {best['variant']} {verb[0]} as fast as {baseline}, the same within noise ({ratio}{lvl}){acc}."
     if verdict == "same":
         return (f"{where}: no variant {verb[0]} faster than {baseline}; the best, {best['variant']}, is the same "
                 f"within noise ({ratio}{lvl}){acc}.")
+    if verdict in ("slower", "worse") and alone:
+        return f"{where}: {best['variant']} {verb[0]} slower{lvl} than {baseline}, {ratio}{acc}."
     if verdict in ("slower", "worse"):
         return (f"{where}: every variant {verb[0]} slower{lvl} than {baseline}; the closest, {best['variant']}, "
                 f"{ratio}{acc}.")
@@ -249,9 +255,10 @@ def variants(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
             if ranked.empty:
                 continue
             best = ranked.loc[pd.to_numeric(ranked[column]).idxmax()]
-            lines.append(_variant_claim(f"{model} on {device} (bs{int(batch)})", best, label, verb, str(baseline)))
+            lines.append(_variant_claim(f"{model} on {device} (bs{int(batch)})", best, label, verb, str(baseline),
+                                        alone=len(others) == 1))
         slower = others[others["train_throughput_verdict"] == "slower"]
-        if not slower.empty:  # each with its own ratio and interval: the claim rests on each one's evidence
+        if len(others) > 1 and not slower.empty:  # each with its own ratio and interval (one variant: said above)
             each = "; ".join(f"{r['variant']} {r['train_throughput']}" for _, r in slower.iterrows())
             lines.append(f"{model} on {device} (bs{int(batch)}) trains slower than {baseline} with: {each}.")
     return lines
