@@ -195,6 +195,9 @@ def test_a_single_slower_variant_is_named_once_not_ranked_among_others():
                                                    "than default, 0.8"), lines
     assert "every variant" not in lines[0] and "closest" not in lines[0]
     assert claims.unsupported(lines[0]) is None
+    df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.08})
+    (faster,) = [x for x in claims.variants(df, reader) if "train" in x]
+    assert faster.startswith("resnet18 on cpu (bs64): channels-last trains faster, 1.2"), faster
 
 
 def test_the_best_batch_size_against_the_smallest_and_what_ran_out_of_memory():
@@ -349,8 +352,8 @@ def test_accuracy_says_whether_it_is_one_training_or_seeds():
 
 def test_rows_noisy_after_repeats_are_not_told_to_repeat_three_times():
     """An 8-repeat study's noisy rows were told to rerun with `repeats: 3`: fewer runs than they had."""
-    rows = [_row(f"cpu__resnet18__bs64__default__fp32__abc__seed{i}", seed=i, train_step_noisy=True)
-            for i in range(8)]
+    rows = [_row(f"cpu__resnet18__bs64__default__fp32__abc__seed{i}", seed=i, train_step_noisy=i % 2 == 0)
+            for i in range(8)]  # four of its eight runs noisy: the configuration had eight
     df, _ = _frame(rows, {r["run_id"]: 0.05 for r in rows})
     (noisy,) = [w for w in caveats.warnings(df) if "noisy" in w]
     assert "`repeats: 3`" not in noisy and "more repeats than 8" in noisy, noisy

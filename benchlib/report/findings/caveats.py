@@ -121,7 +121,8 @@ def warnings(df: pd.DataFrame) -> list[str]:
             noisy_mask |= flag_mask(good[column]).to_numpy()
     if noisy_mask.any():
         n = int(noisy_mask.sum())
-        runs = int(config_key(good.loc[noisy_mask, "run_id"]).value_counts().min())  # the fewest a noisy one had
+        configs = config_key(good["run_id"])
+        runs = int(configs.value_counts()[configs[noisy_mask].unique()].min())  # the fewest a noisy one's had
         more = ("`repeats: 3`" if runs < 3 else f"more repeats than {runs} (an interval narrows as the square root "
                 "of the runs)")
         out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over "

@@ -220,7 +220,8 @@ def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str
     accuracy = _num(best["accuracy_delta_pts"])
     acc = f"; accuracy {accuracy:+.1f} points" if np.isfinite(accuracy) else ""
     if verdict in ("faster", "better"):
-        return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} faster{lvl} than {baseline}{acc}."
+        return (f"{where}: {best['variant']} {verb[0]} {'faster' if alone else 'fastest'}, {ratio} faster{lvl} than "
+                f"{baseline}{acc}.")
     if verdict == "same" and alone:
         return f"{where}: {best['variant']} {verb[0]} as fast as {baseline}, the same within noise ({ratio}{lvl}){acc}."
     if verdict == "same":
