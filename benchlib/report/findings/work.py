@@ -152,7 +152,8 @@ def layer_sentences(reports: Sequence[Mapping[str, Any]], groups: int = 2) -> li
 
 
 def _runs_range(runs: Sequence[Mapping[str, Any]]) -> str:
-    """', the median of 8 runs (measured 78.4-126 ms, efficiency 20.7-33.1%)', or nothing for one run."""
+    """'; the median of 8 runs, whose measured steps ran 78.4 ms-126 ms and efficiencies 20.7%-33.1%', or
+    nothing for one run (or where fewer than two runs have both figures)."""
     pairs = [(s, p / s) for r in runs if (s := finite_float(r.get("step_s"))) and
              (p := finite_float(r.get("predicted_step_s"))) is not None]
     if len(runs) < 2 or len(pairs) < 2:
