@@ -217,8 +217,7 @@ def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str
     verdict, level = str(best[f"{label}_verdict"]), str(best.get(f"{label}_level") or "")
     lvl = f" ({level})" if level else ""
     ratio = re.sub(r" \S+( \([^)]*\))?$", "", str(best[label]))
-    accuracy = _num(best["accuracy_delta_pts"])
-    acc = f"; accuracy {accuracy:+.1f} points" if np.isfinite(accuracy) else ""
+    acc = f"; accuracy {a:+.1f} points" if np.isfinite(a := _num(best["accuracy_delta_pts"])) else ""
     if verdict in ("faster", "better"):
         return (f"{where}: {best['variant']} {verb[0]} {'faster' if alone else 'fastest'}, {ratio} faster{lvl} than "
                 f"{baseline}{acc}.")
@@ -227,10 +226,9 @@ def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str
     if verdict == "same":
         return (f"{where}: no variant {verb[0]} faster than {baseline}; the best, {best['variant']}, is the same "
                 f"within noise ({ratio}{lvl}){acc}.")
-    if verdict in ("slower", "worse") and alone:
-        return f"{where}: {best['variant']} {verb[0]} slower{lvl} than {baseline}, {ratio}{acc}."
     if verdict in ("slower", "worse"):
-        return (f"{where}: every variant {verb[0]} slower{lvl} than {baseline}; the closest, {best['variant']}, "
+        return (f"{where}: {best['variant']} {verb[0]} slower{lvl} than {baseline}, {ratio}{acc}." if alone else
+                f"{where}: every variant {verb[0]} slower{lvl} than {baseline}; the closest, {best['variant']}, "
                 f"{ratio}{acc}.")
     if verdict == "inconclusive":
         return (f"{where}: {best['variant']} {verb[0]} at {ratio}{lvl} against {baseline}, not told apart from it: "
