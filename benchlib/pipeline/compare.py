@@ -93,7 +93,8 @@ def _measure_layers(plan: BenchmarkPlan, rows: pd.DataFrame, results_dir: str | 
 def explained(rows: pd.DataFrame, by: str, baseline: str) -> pd.DataFrame:
     """Each value of ``by`` against ``baseline`` at the same hardware and batch size, split into parts: one row
     per side, metric (training step, batch-1 forward) and part (``tables.explain.PART_COLUMNS``), with the
-    whole's ``delta_s``, ``coverage``, ``explained`` and ``why``; the causes in words under ``.attrs["causes"]``."""
+    whole's ``delta_s``, ``coverage`` with its interval, ``explained`` and ``why``; the causes in words under
+    ``.attrs["causes"]``."""
     good = rows[rows["status"] == "ok"]
     frames: list[pd.DataFrame] = []
     causes: dict[str, list[str]] = {}
@@ -111,6 +112,7 @@ def explained(rows: pd.DataFrame, by: str, baseline: str) -> pd.DataFrame:
                 causes[label] += explanation_lines(e)
                 whole = {"side": side, "baseline": baseline, "hardware": hardware, "batch_size": batch,
                          "metric": e.metric, "whole_delta_s": e.delta_s, "coverage": e.coverage,
+                         "coverage_ci_low": e.coverage_low, "coverage_ci_high": e.coverage_high,
                          "explained": e.explained, "why": e.why}
                 frames.append(e.parts.assign(**whole) if not e.parts.empty else pd.DataFrame([whole]))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(PART_COLUMNS))

@@ -64,8 +64,12 @@ def whole_sentence(e: Explanation) -> str:
     else:
         low, high = COVERAGE_RANGE
         judged = (f"within {low}-{high}" if e.covered
+                  else f"outside {low}-{high}, but its interval reaches it: too noisy a whole to check the split"
+                  if e.coverage_reaches
                   else f"outside {low}-{high}: the parts do not add up to the whole, read them with care")
-        text = f"{head}; the parts sum to {fmt.percent_text(e.coverage, 4)} of it ({judged})."
+        spread = (f" [{fmt.percent_text(e.coverage_low, 2)}, {fmt.percent_text(e.coverage_high, 2)}]"
+                  if math.isfinite(e.coverage_low) else "")
+        text = f"{head}; the parts sum to {fmt.percent_text(e.coverage, 4)}{spread} of it ({judged})."
     return text if unsupported(text) is None else f"{what}: withheld ({unsupported(text)})."
 
 

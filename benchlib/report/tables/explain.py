@@ -10,7 +10,10 @@ side does not have (fused or quantized away) is a part of its own, 0 on the othe
 layer cost the step (``(timing)``, CPU files) is the instrument's time, not the work's: no part, said in a note.
 
 The parts are checked against the whole, never forced to it: ``coverage`` is the sum of the parts'
-differences over the plain steps' difference, and a coverage outside ``COVERAGE_RANGE`` is said. Nothing is
+differences over the plain steps' difference, with an interval from the runs resampled (each part's figure
+is the median of its runs, and runs that drift by a quarter make those medians add up loosely), and a coverage
+outside ``COVERAGE_RANGE`` is said: as noise where its interval reaches the range, as parts that do not add
+up where it does not. Nothing is
 explained where the whole difference is not told apart from noise (a verdict of same or inconclusive, a
 difference within the noise floor, or, with no verdict to rest on, an interval that holds 0). Where the rows
 told the sides apart but the fewer per-layer steps cannot (a VM whose runs differ by a quarter hides a 10%
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -111,6 +114,8 @@ class Explanation:
     runs_b: int
     why: str = ""  # why nothing is explained (empty where the parts are)
     notes: tuple[str, ...] = ()
+    coverage_low: float = math.nan  # the coverage's interval over the runs resampled (NaN: one run a side)
+    coverage_high: float = math.nan
 
     @property
     def explained(self) -> bool:
@@ -121,10 +126,17 @@ class Explanation:
         """The parts add up to the measured difference within ``COVERAGE_RANGE``."""
         return COVERAGE_RANGE[0] <= self.coverage <= COVERAGE_RANGE[1]
 
+    @property
+    def coverage_reaches(self) -> bool:
+        """The coverage's interval overlaps ``COVERAGE_RANGE``: a miss may be the noise of the whole."""
+        return (math.isfinite(self.coverage_low) and self.coverage_low <= COVERAGE_RANGE[1]
+                and self.coverage_high >= COVERAGE_RANGE[0])
+
     def as_dict(self) -> dict[str, Any]:
         """What ``benchlib diff --explain --json`` prints for it (causes are added by the caller, in words)."""
         return {"metric": self.metric, "a_s": self.a_s, "b_s": self.b_s, "delta_s": self.delta_s,
                 "ci_low": self.ci_low, "ci_high": self.ci_high, "coverage": self.coverage,
+                "coverage_ci_low": self.coverage_low, "coverage_ci_high": self.coverage_high,
                 "coverage_ok": self.covered if self.explained else None, "explained": self.explained,
                 "why": self.why, "runs_a": self.runs_a, "runs_b": self.runs_b, "notes": list(self.notes),
                 "parts": self.parts.to_dict("records")}
@@ -150,6 +162,27 @@ def _delta(a: Sequence[np.ndarray], b: Sequence[np.ndarray], interval: bool,
 def _series(runs: Sequence[LayerRun], key: Key) -> list[np.ndarray]:
     """A part's steps in each run; a run without the part ran it 0 s (a layer that side does not have)."""
     return [r.parts.get(key, np.zeros(max(1, len(next(iter(r.parts.values()), [0.0]))))) for r in runs]
+
+
+def coverage_interval(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], keys: Sequence[Key], delta: float,
+                      rng: np.random.Generator, resamples: int = RESAMPLES) -> tuple[float, float]:
+    """The coverage's interval at the measured difference ``delta``: each side's runs resampled together for
+    every part and the whole (a slow run slows all of them in a replicate), the parts' summed difference less
+    the whole's, over ``delta``, plus 1. What it measures is how well the parts add up; the whole's own
+    uncertainty is its interval's (dividing by a resampled whole that may cross 0 would say nothing). Runs
+    only: the steps inside a run move the whole and its parts alike. NaN with one run on a side."""
+    if min(len(runs_a), len(runs_b)) < 2 or not delta:
+        return math.nan, math.nan
+
+    def side(runs: Sequence[LayerRun]) -> np.ndarray:
+        whole = np.asarray([np.median(r.whole_s) for r in runs])
+        parts = np.asarray([[np.median(s) for s in (r.parts.get(k, np.zeros(1)) for k in keys)] for r in runs])
+        pick = rng.integers(0, len(runs), size=(resamples, len(runs)))
+        return np.asarray(np.median(parts[pick], axis=1).sum(axis=1) - np.median(whole[pick], axis=1))
+
+    ratio = 1 + (side(runs_b) - side(runs_a)) / delta
+    tail = (1 - CONFIDENCE) / 2 * 100
+    return float(np.percentile(ratio, tail)), float(np.percentile(ratio, 100 - tail))
 
 
 def _roof(runs: Sequence[LayerRun], key: Key) -> tuple[str | None, float]:
@@ -215,17 +248,32 @@ def explain(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], *, metric: s
     parts = pd.DataFrame(rows, columns=list(PART_COLUMNS)).sort_values("share", ascending=False,
                                                                         ignore_index=True)
     coverage = float(parts["delta_s"].sum()) / delta if delta else math.nan
+    cov_low, cov_high = coverage_interval(runs_a, runs_b, keys, delta, rng) if interval else (math.nan, math.nan)
     timing_a, timing_b = (float(np.median([r.timing_s for r in runs])) for runs in (runs_a, runs_b))
     if timing_a or timing_b:
         each = "sample" if metric == PER_SAMPLE else "step"
         notes.append(f"timing layer by layer cost {timing_a * 1e3:.3g} ms in A and {timing_b * 1e3:.3g} ms in B a "
                      f"{each} (the hooks' own time, median): the instrument's, left out of the parts")
-    if not COVERAGE_RANGE[0] <= coverage <= COVERAGE_RANGE[1]:
-        notes.append(f"the parts sum to {coverage:.3f}x the measured difference, outside "
-                     f"{COVERAGE_RANGE[0]}-{COVERAGE_RANGE[1]}: the steps timed layer by layer do not add up to "
-                     "the plain ones here (a cost of timing that differs between the sides, or a noisy host)")
-    return Explanation(metric, a_s, b_s, delta, low, high, coverage, parts, len(runs_a), len(runs_b), "",
-                       tuple(notes))
+    e = Explanation(metric, a_s, b_s, delta, low, high, coverage, parts, len(runs_a), len(runs_b), "", (),
+                    cov_low, cov_high)
+    return replace(e, notes=(*notes, *_coverage_notes(e)))
+
+
+def _coverage_notes(e: Explanation) -> list[str]:
+    """What a coverage outside the range means: the whole's noise (its interval reaches the range) or parts
+    that do not add up to the plain steps (it does not, or there is no interval to tell)."""
+    if e.covered:
+        return []
+    low, high = COVERAGE_RANGE
+    head = f"the parts sum to {e.coverage:.3f}x the measured difference, outside {low}-{high}"
+    if e.coverage_reaches:
+        return [f"{head}, but its interval [{e.coverage_low:.2f}, {e.coverage_high:.2f}] over the runs reaches the "
+                f"range: the whole's difference is too small against how the runs differ to check the split "
+                f"here ({e.runs_a} and {e.runs_b} runs; more runs narrow it)"]
+    known = (f" (interval [{e.coverage_low:.2f}, {e.coverage_high:.2f}] over the runs)"
+             if math.isfinite(e.coverage_low) else "")
+    return [f"{head}{known}: the steps timed layer by layer do not add up to the plain ones here (a cost of "
+            "timing that differs between the sides, or a noisy host)"]
 
 
 def part_name(layer: str, phase: str) -> str:
