@@ -39,6 +39,7 @@ PER_SAMPLE = "train_sample_s"  # a training step over its batch: two batch sizes
 COVERAGE_RANGE = (0.9, 1.1)  # the parts' sum over the measured difference where the split adds up
 WHAT = {TRAINING: "training step", INFERENCE: "batch-1 forward",
         PER_SAMPLE: "training step per sample"}  # what each metric splits, in words
+_CHUNK_VALUES = 4_000_000  # floats a coverage replicate batch may hold (32 MB)
 _SPECIAL = {"(optimizer)": "the optimizer's step", "(unattributed)": "what no layer holds",
             "(data wait)": "waiting for the batch"}
 PART_COLUMNS = ("layer", "phase", "a_s", "b_s", "delta_s", "ci_low", "ci_high", "share", "only_in", "bound_a",
@@ -178,7 +179,12 @@ def coverage_interval(runs_a: Sequence[LayerRun], runs_b: Sequence[LayerRun], ke
         whole = np.asarray([np.median(r.whole_s) for r in runs])
         parts = np.asarray([[np.median(s) for s in (r.parts.get(k, np.zeros(1)) for k in keys)] for r in runs])
         pick = rng.integers(0, len(runs), size=(resamples, len(runs)))
-        return np.asarray(np.median(parts[pick], axis=1).sum(axis=1) - np.median(whole[pick], axis=1))
+        out = np.empty(resamples)
+        chunk = max(1, _CHUNK_VALUES // parts.size)  # replicates at a time: densenet121's parts x 30 runs stay small
+        for i in range(0, resamples, chunk):
+            p = pick[i:i + chunk]
+            out[i:i + chunk] = np.median(parts[p], axis=1).sum(axis=1) - np.median(whole[p], axis=1)
+        return out
 
     ratio = 1 + (side(runs_b) - side(runs_a)) / delta
     tail = (1 - CONFIDENCE) / 2 * 100
