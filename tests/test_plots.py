@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
+from matplotlib.container import BarContainer  # noqa: E402
 
 from benchlib.report.figures import charts, style, telemetry
 from benchlib.report.figures import roofline as roofline_figures
@@ -136,3 +137,57 @@ def test_batch_sweep_one_curve_per_swept_setting_and_plain_batch_ticks(tmp_path)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["16", "32", "64", "128"]
     heights = fig.axes[1].get_lines()[0].get_ydata()
     assert np.allclose(heights, 300.0), "memory above baseline (300 MiB), not the process total"
+
+
+def _whisker_spans(ax) -> list[tuple[float, float]]:
+    """Each drawn whisker's (low, high), from the error bars' vertical segments."""
+    spans = []
+    for collection in ax.collections:
+        for segment in collection.get_segments():
+            (_, y0), (_, y1) = segment[0], segment[-1]
+            spans.append((min(y0, y1), max(y0, y1)))
+    return sorted(spans)
+
+
+def test_one_run_a_bar_draws_its_own_interval_and_says_what_the_whiskers_are(tmp_path):
+    """A bar of one run shows the run's own 95% interval where the row has one (the test set's Wilson interval,
+    scaled to % like the bar), says so under the bars, and says "no interval" where the row has none."""
+    df = pd.DataFrame([_row(test_accuracy=0.975, test_accuracy_ci_low=0.953, test_accuracy_ci_high=0.987),
+                       _row(model="mobilenet_v2", run_id="q", test_accuracy=0.928, test_accuracy_ci_low=0.896,
+                            test_accuracy_ci_high=0.950)])
+    ax = charts.metric_bars(df, "test_accuracy", tmp_path).axes[0]
+    assert np.allclose(_whisker_spans(ax), [(89.6, 95.0), (95.3, 98.7)]), _whisker_spans(ax)
+    assert "95% interval over the test set's sampling" in ax.get_xlabel()
+    ax = charts.metric_bars(df, "train_samples_per_s", tmp_path).axes[0]
+    assert _whisker_spans(ax) == [] and "no interval" in ax.get_xlabel()
+
+
+def test_several_runs_a_bar_draw_the_middle_half_of_the_runs(tmp_path):
+    df = pd.DataFrame([_row(run_id=f"r{i}", train_samples_per_s=v, test_accuracy=0.9, test_accuracy_ci_low=0.8,
+                            test_accuracy_ci_high=0.95) for i, v in enumerate((90.0, 100.0, 110.0, 120.0, 130.0))])
+    ax = charts.metric_bars(df, "train_samples_per_s", tmp_path).axes[0]
+    assert "middle half of each bar's runs (5 runs a bar" in ax.get_xlabel()
+    lows_highs = [(line.get_ydata().min(), line.get_ydata().max()) for line in ax.get_lines()]
+    assert any(np.allclose(span, (100.0, 120.0)) for span in lows_highs), lows_highs
+    ax = charts.metric_bars(df, "test_accuracy", tmp_path).axes[0]
+    assert "middle half" in ax.get_xlabel() and _whisker_spans(ax) == []  # the runs' spread, not one run's
+
+
+def test_each_whisker_stands_on_its_own_bar_among_several_hues(tmp_path):
+    """Two variants of two models, one run each: every whisker sits on the bar of its model and variant."""
+    cells = {("resnet18", "a"): (4.0, 3.9, 4.2), ("resnet18", "b"): (6.0, 5.5, 6.1),
+             ("mobilenet_v2", "a"): (2.0, 1.8, 2.3), ("mobilenet_v2", "b"): (9.0, 8.0, 9.5)}
+    df = pd.DataFrame([_row(model=m, variant=v, run_id=f"{m}{v}", latency_ms_p50=p, latency_ms_p50_ci_low=lo,
+                            latency_ms_p50_ci_high=hi) for (m, v), (p, lo, hi) in cells.items()])
+    ax = charts.metric_bars(df, "latency_ms_p50", tmp_path).axes[0]
+    bars = {round(b.get_x() + b.get_width() / 2, 3): b.get_height() for c in ax.containers
+            if isinstance(c, BarContainer) for b in c}
+    drawn = {}
+    for collection in ax.collections:
+        for segment in collection.get_segments():
+            (x, y0), (_, y1) = segment[0], segment[-1]
+            drawn[round(float(x), 3)] = (min(y0, y1), max(y0, y1))
+    assert len(drawn) == 4 and set(drawn) == set(bars)
+    for x, (lo, hi) in drawn.items():
+        truth = next(c for c in cells.values() if c[0] == bars[x])
+        assert np.allclose((lo, hi), truth[1:]), (x, lo, hi, truth)

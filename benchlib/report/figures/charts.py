@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -41,20 +42,56 @@ def metric_bars(df: pd.DataFrame, metric: str, figures_dir: str | Path) -> plt.F
         values = values / 2**20
     elif metric == "test_accuracy":
         values = values * 100
+    scale = 2.0**-20 if metric.endswith("_bytes") else 100.0 if metric == "test_accuracy" else 1.0
     good = good.assign(value=values)
     hues = sorted(good["device"].unique())
+    runs = good.groupby(["model", "device"]).size()
+    own = runs.max() == 1 and {f"{metric}_ci_low", f"{metric}_ci_high"} <= set(good.columns)
     fig, ax = plt.subplots(figsize=(5.6, 3.2))
-    sns.barplot(data=good, x="model", y="value", hue="device", hue_order=hues, ax=ax, errorbar=("pi", 50),
-                palette=palette(len(hues)), legend=len(hues) > 1)
+    sns.barplot(data=good, x="model", y="value", hue="device", hue_order=hues, ax=ax,
+                errorbar=None if runs.max() == 1 else ("pi", 50), palette=palette(len(hues)), legend=len(hues) > 1)
+    if own:
+        _own_intervals(ax, good, metric, scale)
     label = METRIC_LABELS.get(metric, metric)
     ax.set_ylabel(label, fontsize=8)
-    ax.set_xlabel("")
+    ax.set_xlabel(_whiskers(metric, runs, own), fontsize=7)
     title = memory_label(good) if metric == MEMORY_METRIC else label
     ax.set_title(title if len(hues) > 1 else f"{title}, {hues[0]}", fontsize=9, wrap=True)
     legend_outside(ax)
     fig.tight_layout()
     save(fig, figures_dir, metric)
     return fig
+
+
+def _whiskers(metric: str, runs: pd.Series, own: bool) -> str:
+    """What the whiskers are, under the bars: a figure without its certainty said would claim more than it holds."""
+    if runs.max() > 1:
+        counts = f"{runs.min()}-{runs.max()}" if runs.min() != runs.max() else f"{runs.max()}"
+        return f"whiskers: the middle half of each bar's runs ({counts} runs a bar, fresh processes)"
+    if own:
+        of = "the test set's sampling (Wilson)" if metric == "test_accuracy" else "the run's own samples"
+        return f"one run a bar; whiskers: its 95% interval over {of}, not run-to-run spread"
+    return "one run a bar: no interval (repeats give one; the tables say how noisy each run was)"
+
+
+def _own_intervals(ax: plt.Axes, good: pd.DataFrame, metric: str, scale: float) -> None:
+    """Each bar's one run's own 95% interval, drawn where the bar stands (matched by its model and hue)."""
+    models = [t.get_text() for t in ax.get_xticklabels()]
+    hues = sorted(good["device"].unique())
+    rows = good.set_index(["model", "device"])
+    for hue, container in zip(hues, [c for c in ax.containers if isinstance(c, BarContainer)]):
+        for bar in container:
+            x = bar.get_x() + bar.get_width() / 2
+            index = int(round(x))
+            if not 0 <= index < len(models) or (models[index], hue) not in rows.index:
+                continue
+            row = rows.loc[(models[index], hue)]
+            low, high = (pd.to_numeric(row[f"{metric}_ci_{end}"], errors="coerce") * scale for end in ("low", "high"))
+            height = bar.get_height()
+            if not (np.isfinite(low) and np.isfinite(high) and np.isfinite(height)):
+                continue
+            ax.errorbar([x], [height], yerr=[[max(height - low, 0.0)], [max(high - height, 0.0)]], fmt="none",
+                        ecolor="black", elinewidth=1, capsize=3)
 
 
 def step_time_distribution(samples: pd.DataFrame, title: str, figures_dir: str | Path, name: str) -> plt.Figure | None:
