@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from benchlib.cli import main
+from benchlib.report.words import fmt
 from benchlib.store.schema import REQUIRED_COLUMNS as ROW_COLUMNS
 
 
@@ -130,7 +131,10 @@ def test_run_says_each_phase_and_where_it_wrote_the_row(capsys, tmp_path):
     shown = dict(ln.strip().split(": ", 1) for ln in captured.out.splitlines())
     assert shown["status"] == "ok"
     assert shown["train_samples_per_s"].endswith(" samples/s") and shown["test_accuracy"].endswith("%")
-    assert re.fullmatch(r"[\d.,]+ (µs|ms|s)", shown["latency_ms_p50"]), shown["latency_ms_p50"]
+    row = json.loads(rows[0].read_text())  # the p50 with its 95% interval over the passes, as the row holds it
+    low, high = (fmt.significant(row[f"latency_ms_p50_ci_{end}"]) for end in ("low", "high"))
+    assert re.fullmatch(rf"[\d.,]+ (µs|ms|s) \[{re.escape(low)}, {re.escape(high)}\]", shown["latency_ms_p50"]), \
+        shown["latency_ms_p50"]
     assert re.fullmatch(r"[\d.,]+ (KiB|MiB|GiB)", shown["peak_rss_bytes"])
     assert not any(re.search(r"\d\.\d{4,}|e[+-]\d|None|nan", v) for v in shown.values()), shown
 

@@ -144,6 +144,10 @@ def test_a_refused_percentile_shows_why_never_a_number():
     row = {**OLD_ROW, "latency_ms_p50_status": "ok", "latency_ms_p99": float("nan"), "latency_ms_p99_status": refused}
     table = pages.pair_results([row]).data
     assert table.iloc[0]["latency, batch 1 (p50 / p99)"] == "4.00 ms / \u2013 (n=50 < 299)"
+    row = {**row, "latency_ms_p50_ci_low": 3.91, "latency_ms_p50_ci_high": 4.12, "latency_ms_p99_ci_low": 8.0}
+    table = pages.pair_results([row]).data  # the interval beside a published percentile, never a refused one
+    assert table.iloc[0]["latency, batch 1 (p50 / p99)"] == "4.00 ms [3.91, 4.12] / \u2013 (n=50 < 299)"
+    assert fmt.percentile_text(2.94, "ok", low=2.9, high=float("nan")) == "2.94 ms"  # half an interval is none
 
 
 def test_the_headline_shows_a_refused_p99_with_its_reason():

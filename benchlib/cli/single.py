@@ -172,7 +172,8 @@ def row_summary(row: dict[str, Any]) -> list[tuple[str, str]]:
                ("peak_rss_bytes", fmt.bytes_text))
     for key, show in formats:
         if key.startswith(("latency_ms_", "batch_latency_ms_")):  # a refused percentile says why
-            text = fmt.percentile_text(row.get(key), row.get(f"{key}_status"))
+            text = fmt.percentile_text(row.get(key), row.get(f"{key}_status"), low=row.get(f"{key}_ci_low"),
+                                       high=row.get(f"{key}_ci_high"))
             shown.append((key, text))
             continue
         text = show(row.get(key))

@@ -186,7 +186,9 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
             "test accuracy": fmt.accuracy_text(r.get("test_accuracy"), r.get("test_accuracy_ci_low"),
                                                r.get("test_accuracy_ci_high")),
             "latency, batch 1 (p50 / p99)": " / ".join(
-                fmt.percentile_text(r.get(f"latency_ms_p{q}"), r.get(f"latency_ms_p{q}_status")) for q in (50, 99)),
+                fmt.percentile_text(r.get(f"latency_ms_p{q}"), r.get(f"latency_ms_p{q}_status"),
+                                    low=r.get(f"latency_ms_p{q}_ci_low"), high=r.get(f"latency_ms_p{q}_ci_high"))
+                for q in (50, 99)),
             "inference": _per_s(r.get("infer_samples_per_s")),
             "peak memory": fmt.bytes_text(r.get("peak_cuda_allocated_bytes") if str(r.get("hardware", "")).startswith(
                 "cuda") else r.get("peak_rss_bytes")),
@@ -195,7 +197,8 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
         table.append(line)
     display(Markdown("Step time: median of the timed steps with its interquartile range; test accuracy with its "
                      "95% interval over the test set's images (the sampling of the test set; another seed moves it "
-                     "further); a latency percentile without the samples or the narrow interval it needs is "
+                     "further); a latency percentile with its 95% interval over the run's passes, or, without the "
+                     "samples or the narrow interval it needs, "
                      f"{fmt.MISSING} with why; inference: samples per "
                      "second at the working batch. Every column of these rows is in `results.csv` "
                      "([columns explained](../docs/columns.md)); the summary compares them with intervals."))

@@ -146,15 +146,21 @@ def percentile_reason(status: Any) -> str | None:
     return status.split(" (")[0]
 
 
-def percentile_text(value: Any, status: Any = None, show: Callable[[Any], str] = ms_text) -> str:
-    """A published percentile, or an en dash with why it was not published: ``– (n=50 < 299)``.
+def percentile_text(value: Any, status: Any = None, show: Callable[[Any], str] = ms_text, low: Any = None,
+                    high: Any = None) -> str:
+    """A published percentile with its 95% interval where given (``5.87 ms [5.82, 5.92]``), or an en dash with
+    why it was not published: ``– (n=50 < 299)``.
 
     A value whose status says it was refused is never shown, whatever the cell holds.
     """
     why = percentile_reason(status)
     if why is not None:
         return f"{MISSING} ({why})"
-    return show(value)
+    text = show(value)
+    lo, hi = _number(low), _number(high)
+    if text == MISSING or lo is None or hi is None:
+        return text
+    return f"{text} [{significant(lo)}, {significant(hi)}]"
 
 
 def value_text(value: Any) -> str:
