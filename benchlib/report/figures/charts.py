@@ -37,13 +37,8 @@ def metric_bars(df: pd.DataFrame, metric: str, figures_dir: str | Path) -> plt.F
         good["device"] = good["device"] + " " + good["variant"].astype(str)
     if good["batch_size"].nunique() > 1:
         good["device"] = good["device"] + " bs" + good["batch_size"].astype(str)
-    values = pd.to_numeric(good[metric], errors="coerce").astype(float)
-    if metric.endswith("_bytes"):
-        values = values / 2**20
-    elif metric == "test_accuracy":
-        values = values * 100
-    scale = 2.0**-20 if metric.endswith("_bytes") else 100.0 if metric == "test_accuracy" else 1.0
-    good = good.assign(value=values)
+    scale = 2.0**-20 if metric.endswith("_bytes") else 100.0 if metric == "test_accuracy" else 1.0  # MiB, %
+    good = good.assign(value=pd.to_numeric(good[metric], errors="coerce").astype(float) * scale)
     hues = sorted(good["device"].unique())
     runs = good.groupby(["model", "device"]).size()
     own = runs.max() == 1 and {f"{metric}_ci_low", f"{metric}_ci_high"} <= set(good.columns)
