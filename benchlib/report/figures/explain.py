@@ -2,7 +2,6 @@
 move the step the most on top, each labelled with its difference (``tables.explain``)."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -42,8 +41,7 @@ def explained_parts(e: Explanation, title: str, figures_dir: str | Path, name: s
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("time per step (ms), median of the runs' medians")
     what = WHAT.get(e.metric, e.metric)
-    spread = (f" [{fmt.percent_text(e.coverage_low, 2)}, {fmt.percent_text(e.coverage_high, 2)}]"
-              if math.isfinite(e.coverage_low) else "")
+    spread = fmt.percent_interval_text(e.coverage_low, e.coverage_high)
     ax.set_title(f"{title}\n{what}: B less A {fmt.seconds_text(e.delta_s)}, parts sum to "
                  f"{fmt.percent_text(e.coverage, 4)}{spread} of it", fontsize=9)
     ax.margins(x=0.15)

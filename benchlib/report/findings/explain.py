@@ -67,8 +67,7 @@ def whole_sentence(e: Explanation) -> str:
                   else f"outside {low}-{high}, but its interval reaches it: too noisy a whole to check the split"
                   if e.coverage_reaches
                   else f"outside {low}-{high}: the parts do not add up to the whole, read them with care")
-        spread = (f" [{fmt.percent_text(e.coverage_low, 2)}, {fmt.percent_text(e.coverage_high, 2)}]"
-                  if math.isfinite(e.coverage_low) else "")
+        spread = fmt.percent_interval_text(e.coverage_low, e.coverage_high)
         text = f"{head}; the parts sum to {fmt.percent_text(e.coverage, 4)}{spread} of it ({judged})."
     return text if unsupported(text) is None else f"{what}: withheld ({unsupported(text)})."
 

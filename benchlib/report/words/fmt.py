@@ -114,6 +114,11 @@ def percent_text(fraction: Any, digits: int = 3) -> str:
     return f"{significant(x * 100, digits)}%"
 
 
+def percent_interval_text(low: Any, high: Any) -> str:
+    """An interval of fractions as percentages after a figure, ' [81%, 100%]'; empty where it has no low end."""
+    return f" [{percent_text(low, 2)}, {percent_text(high, 2)}]" if _number(low) is not None else ""
+
+
 def ratio_text(ratio: Any, low: Any = None, high: Any = None) -> str:
     """A ratio with its interval where there is one: 1.26x [1.19, 1.33]."""
     r = _number(ratio)
