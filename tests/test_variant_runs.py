@@ -224,6 +224,25 @@ def test_each_row_states_what_benchlibs_own_threads_took_from_its_timed_steps(ro
     assert isinstance(share, float) and 0 < share < 100, share
 
 
+def test_each_row_states_the_page_faults_of_its_timed_steps(rows):
+    """Fresh pages a step's allocator maps: the row says how many a step took (Linux counts them)."""
+    import sys
+
+    from benchlib.instruments.cpu import minor_faults
+    from benchlib.run.columns import fault_columns
+
+    made, _ = rows
+    per_step = made["cpu-default"]["train_minor_faults_per_step"]
+    if sys.platform.startswith("linux"):
+        assert isinstance(per_step, float) and per_step > 0, per_step
+        before = minor_faults()
+        fresh = bytearray(64 << 20)  # 64 MiB mapped fresh and zeroed: touched page by page below
+        fresh[::4096] = b"\x01" * len(range(0, len(fresh), 4096))
+        assert minor_faults() - before >= 16_000 * 0.9
+    assert fault_columns(300, 3) == {"train_minor_faults_per_step": 100.0}
+    assert fault_columns(None, 3) == fault_columns(300, 0) == {"train_minor_faults_per_step": None}
+
+
 def test_a_row_whose_harness_took_over_one_percent_is_named_in_the_warnings():
     import pandas as pd
 

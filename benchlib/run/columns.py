@@ -157,6 +157,11 @@ def harness_columns(harness_cpu_s: float | None, timed_wall_s: float, cpus: int)
     return {"harness_cpu_pct": share}
 
 
+def fault_columns(faults: int | None, timed_steps: int) -> Row:
+    """Minor page faults per timed step: memory the step's allocator mapped fresh, a cause of run-to-run spread."""
+    return {"train_minor_faults_per_step": faults / timed_steps if faults is not None and timed_steps > 0 else None}
+
+
 def drift_columns(d: Drift) -> Row:
     """Whether the machine's own speed moved under the timed steps (``instruments.drift``)."""
     return {"train_step_drift_pct": d.drift_pct, "train_step_autocorr": d.autocorr, "train_step_drift_p": d.p_value,
@@ -273,6 +278,7 @@ def _training_row(m: Measurement) -> Row:
         "train_accuracy": None if m.setup.synthetic else trained.train_accuracy,
         **telemetry_columns(m.telemetry.summary("train")),
         **harness_columns(t.harness_cpu_s, trained.timed_wall_s, usable_cpus()),
+        **fault_columns(t.minor_faults, len(trained.step_s)),
         "h2d_per_step_bytes": t.h2d_bytes_per_step,
         **energy_columns("train", t.energy, t.energy_samples, m.setup.device.type),
     }

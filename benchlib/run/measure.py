@@ -38,6 +38,7 @@ from ..env.rank_watch import RankWatch
 from ..env.threads import usable_cpu_ids
 from ..errors import RankFailed
 from ..instruments import drift, interference
+from ..instruments.cpu import minor_faults
 from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
 from ..instruments.samples import Samples
@@ -240,24 +241,26 @@ def _set_up(cfg: RunConfig, device: torch.device, dist_info: distributed.DistInf
 
 def _train(b: _Built, cfg: RunConfig, meter: EnergyMeter, dist_info: distributed.DistInfo | None,
            progress: ProgressFn | None, heartbeat: ProgressFn | None
-           ) -> tuple[TrainResult, EnergyReading, EnergyReading | None, float | None]:
-    """The timed training loop; the energy readings (and the CPU benchlib's own threads had charged) at its
-    first timed step and at its end."""
-    timed_start: list[tuple[EnergyReading, float]] = []
+           ) -> tuple[TrainResult, EnergyReading, EnergyReading | None, float | None, int | None]:
+    """The timed training loop; the energy readings at its first timed step and at its end, and what the
+    timed steps took besides: the CPU benchlib's own threads charged, the process's minor page faults."""
+    timed_start: list[tuple[EnergyReading, float, int | None]] = []
     trained = train(Trainer.of(b.train_net, b.model, cfg.settings, b.setup.device),
                     maybe_failing_loader(b.loaders.train, cfg.run_id, dist_info.rank if dist_info else 0),
                     cfg.settings, b.setup.batches_per_epoch, progress=progress, heartbeat=heartbeat,
-                    at_timed_start=lambda: timed_start.append((meter.read(), harness.cpu_s())))
-    end = meter.read()
+                    at_timed_start=lambda: timed_start.append((meter.read(), harness.cpu_s(), minor_faults())))
+    end, faults_end = meter.read(), minor_faults()
     if not timed_start:
-        return trained, end, None, None
-    reading, harness_before_s = timed_start[0]
-    return trained, end, reading, harness.cpu_s() - harness_before_s
+        return trained, end, None, None, None
+    reading, harness_before_s, faults_before = timed_start[0]
+    faults = faults_end - faults_before if faults_end is not None and faults_before is not None else None
+    return trained, end, reading, harness.cpu_s() - harness_before_s, faults
 
 
 def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | None, end: EnergyReading,
               telemetry: Telemetry, dist_info: distributed.DistInfo | None, compiled: CompileReport | None,
-              harness_cpu_s: float | None = None, h2d_bytes_per_step: int | None = None) -> Training:
+              harness_cpu_s: float | None = None, h2d_bytes_per_step: int | None = None,
+              faults: int | None = None) -> Training:
     """The training record: energy from the first timed step (warmup and compilation left out, as the step
     times leave them out) to the end, per sample the meter's GPUs (or this node's CPU package) processed:
     this node's ranks, not every node's."""
@@ -265,7 +268,8 @@ def _training(trained: TrainResult, meter: EnergyMeter, start: EnergyReading | N
     energy = meter.between(start or end, end, telemetry=telemetry)
     samples = trained.timed_samples * local_ranks if start is not None else 0  # every step warmup: none timed
     return Training(result=trained, drift=drift.measure(trained.step_s), energy=energy, energy_samples=samples,
-                    compiled=compiled, harness_cpu_s=harness_cpu_s, h2d_bytes_per_step=h2d_bytes_per_step)
+                    compiled=compiled, harness_cpu_s=harness_cpu_s, h2d_bytes_per_step=h2d_bytes_per_step,
+                    minor_faults=faults)
 
 
 def _evaluate(b: _Built, cfg: RunConfig, say: ProgressFn) -> tuple[nn.Module, EvalResult, int, Quantized | None]:
@@ -295,12 +299,13 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)  # training: every local rank's GPU, each busy with its share
     infer_meter = meter  # inference runs on rank 0 alone: its GPU only (below), not the idle ones beside it
-    trained, train_end, timed_start, compiled, harness_cpu_s = None, None, None, None, None
+    trained, train_end, timed_start, compiled, harness_cpu_s, faults = None, None, None, None, None, None
     try:
         sampler.start()
         sampler.set_phase("train")
         if not b.setup.weights_trained_by:
-            trained, train_end, timed_start, harness_cpu_s = _train(b, cfg, meter, dist_info, progress, heartbeat)
+            trained, train_end, timed_start, harness_cpu_s, faults = _train(b, cfg, meter, dist_info, progress,
+                                                                             heartbeat)
         in_sync = distributed.weights_in_sync(b.model, dist_info)
         if dist_info is not None and not dist_info.is_main:
             b.memory.stop()
@@ -327,7 +332,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     training = None
     if trained is not None and train_end is not None:
         training = _training(trained, meter, timed_start, train_end, telemetry, dist_info, compiled, harness_cpu_s,
-                             b.loaders.h2d_bytes_per_batch(b.setup.device))
+                             b.loaders.h2d_bytes_per_batch(b.setup.device), faults)
     inference = Inference(latency=lat1, batch_latency=latn, throughput_repeat_s=thr,
                           samples=cfg.batch_size * BATCHES_PER_THROUGHPUT_REPEAT * thr.n,
                           energy=infer_meter.between(e_infer0, e_infer1, telemetry=telemetry))

@@ -61,6 +61,7 @@ class Training:
     compiled: CompileReport | None
     harness_cpu_s: float | None = None  # CPU benchlib's own threads charged during the timed steps (env.harness)
     h2d_bytes_per_step: int | None = None  # host-to-device bytes of one step's batch (None: a CPU, no copy)
+    minor_faults: int | None = None  # the process's minor page faults over the timed steps (instruments.cpu)
 
 
 @dataclass(frozen=True)

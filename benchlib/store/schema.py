@@ -281,6 +281,9 @@ INTERFERENCE = _group(
     ("harness_cpu_pct", "%", "CPU benchlib's own threads (telemetry, memory sampler, rank watch) used during the "
                              "timed training steps, % of the CPUs the run may use: what the harness took from "
                              "the work it measured"),
+    ("train_minor_faults_per_step", "faults", "minor page faults the process took per timed training step: "
+                                              "pages its allocator mapped fresh (zeroed on first touch); two "
+                                              "runs of identical work that differ here differ in step time"),
     ("loadavg_1m_before", "tasks", "one-minute load average just before the configuration started"),
     ("cpu_freq_mhz_mean", "MHz", "CPU clock during the timed phases, mean (where the OS exposes it)"),
     ("gpu_other_processes_max", "processes", "processes other than this one holding the run's GPU, maximum"),
