@@ -19,7 +19,7 @@ Two ways to run a round:
   about ±0.5%.
 
     .venv/bin/python benchmarks/overhead.py [--rounds 5] [--steps 30] [--threads 2] [--lockstep] [--control]
-        [--json out.json] [--suspect NAME=KEY=VALUE ...]
+        [--pin-allocator] [--json out.json] [--suspect NAME=KEY=VALUE ...]
 
 Each ``--suspect`` adds an arm: ``benchlib run`` with one of its parts switched off (``--suspect
 no-telemetry=telemetry=false``: the sampler thread and the interference watch that reads it), run in the
@@ -49,7 +49,7 @@ BENCHLIB = [sys.executable, "-m", "benchlib"]
 # The bare loop: nothing of benchlib, the same work. Timed like benchlib times a CPU step: perf_counter
 # around zero_grad, forward, loss, backward and step, one sample of the sum per timed step.
 BARE = lockstep.GATE_CODE + r"""
-import sys, time, torch, torchvision
+import resource, sys, time, torch, torchvision
 threads, batch, size, warmup, steps, seed = (int(a) for a in sys.argv[1:7])
 torch.set_num_threads(threads)
 torch.manual_seed(seed)
@@ -61,9 +61,11 @@ model.train()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 loss_fn = torch.nn.CrossEntropyLoss()
 timed_s = 0.0
+faults = 0
 for i in range(warmup + steps):
     x, y = batches[i % len(batches)]
     lockstep_turn()
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
     loss_fn(model(x), y).backward()
@@ -71,7 +73,8 @@ for i in range(warmup + steps):
     dt = time.perf_counter() - t0
     if i >= warmup:
         timed_s += dt
-print(batch * steps / timed_s)
+        faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+print(batch * steps / timed_s, faults / steps)
 """
 
 
@@ -119,10 +122,23 @@ def paired_geomean(ratios: list[float], *, resamples: int = 10_000, seed: int = 
     return point, float(low), float(high)
 
 
+# glibc's malloc, held still: no buffer is mmap'd on its own and nothing is given back to the OS, so a step
+# reuses the heap the warmup grew instead of mapping (and zero-faulting) 60-90 MB afresh. Left free, a fresh
+# process settles at about 16,000 or 22,000-25,000 minor faults a step by chance, and the second mode runs
+# 4-5% slower: a difference between two processes that neither harness causes.
+PINNED_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40), "MALLOC_TOP_PAD_": str(512 << 20)}
+
+
 def _env(args: argparse.Namespace) -> dict[str, str]:
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(args.threads)
+    if args.pin_allocator:
+        env.update(PINNED_MALLOC)
     return env
+
+
+def _faults(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
 
 
 def main() -> None:
@@ -138,6 +154,8 @@ def main() -> None:
                         help="run a round's arms side by side, one training step each in turn (lockstep.py)")
     parser.add_argument("--control", action="store_true",
                         help="add a second bare loop: its ratio to the first is the method's own floor")
+    parser.add_argument("--pin-allocator", action="store_true",
+                        help="every arm runs with glibc malloc held still (PINNED_MALLOC): no mmap, no trim")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--suspect", action="append", default=[], metavar="NAME=KEY=VALUE",
                         help="an arm of benchlib run with one setting changed (repeatable)")
@@ -152,6 +170,8 @@ def main() -> None:
     from benchlib.report.evidence.stats import compare, spread
 
     bench, plain, again, ratios, interfered, drifted = [], [], [], [], [], []
+    bench_faults: list[float | None] = []
+    bare_faults: list[float] = []
     arms: dict[str, list[float]] = {name: [] for name in suspects}
     t_start = time.perf_counter()
     for r in range(args.rounds):
@@ -160,10 +180,12 @@ def main() -> None:
         outs = run_round(args, {arm: bare_cmd(args) if arm.startswith("bare") else
                                 benchlib_cmd(args, suspects.get(arm, ())) for arm in order})
         last = {arm: out.strip().splitlines()[-1] for arm, out in outs.items()}
-        plain.append(float(last["bare"]))
+        plain.append(float(last["bare"].split()[0]))
+        bare_faults.append(float(last["bare"].split()[1]))
         if args.control:
-            again.append(float(last["bare-again"]))
+            again.append(float(last["bare-again"].split()[0]))
         row = json.loads(last["benchlib"])
+        bench_faults.append(row.get("train_minor_faults_per_step"))
         bench.append(float(row["train_samples_per_s"]))
         interfered.append(row.get("interference"))
         drifted.append(row.get("machine_drifted"))
@@ -175,7 +197,8 @@ def main() -> None:
         # in lockstep the watch sees the other arms' steps as other processes: expected, not said each round
         watch = f"  INTERFERED: {row['interference']}" if row.get("interference") and not args.lockstep else ""
         print(f"round {r + 1}/{args.rounds}: benchlib {bench[-1]:.1f} samples/s, bare {plain[-1]:.1f} samples/s"
-              f"{others}{control}, ratio {ratios[-1]:.3f}{watch}", file=sys.stderr, flush=True)
+              f"{others}{control}, ratio {ratios[-1]:.3f}; minor faults a step: benchlib "
+              f"{_faults(bench_faults[-1])}, bare {_faults(bare_faults[-1])}{watch}", file=sys.stderr, flush=True)
     c = compare(bench, plain, higher_is_better=True)
     suspect_ratios = {}
     for name, values in arms.items():
@@ -202,6 +225,8 @@ def main() -> None:
               "suspects": suspect_ratios, "interfered_rounds": sum(bool(i) for i in interfered),
               "rounds": args.rounds, "steps": args.steps, "threads": args.threads, "batch_size": args.batch_size,
               "image_size": args.image_size, "extra": args.extra, "lockstep": args.lockstep,
+              "pinned_allocator": PINNED_MALLOC if args.pin_allocator else None,
+              "benchlib_minor_faults_per_step": bench_faults, "bare_minor_faults_per_step": bare_faults,
               "wall_s": time.perf_counter() - t_start}
     if args.control:
         control_ratios = [a / p for a, p in zip(again, plain)]
