@@ -353,3 +353,72 @@ def test_a_costly_sampler_widens_its_interval_and_says_so(monkeypatch):
 def test_a_cheap_sampler_keeps_its_interval():
     tel = sample(0.3, interval_s=0.5, gpus=False)
     assert tel.interval_s == 0.5 and "interval" not in tel.notes
+
+
+def _costly_cpu(monkeypatch, seconds: float) -> None:
+    real = TelemetrySampler._cpu
+
+    def costly(self, window_s):
+        _burn_cpu_s(seconds)
+        return real(self, window_s)
+
+    monkeypatch.setattr(TelemetrySampler, "_cpu", costly)
+
+
+def test_a_sampler_beside_busy_cores_widens_further_and_says_why(monkeypatch):
+    """0.4 ms a sample is 0.4% of a core at 0.1 s: under the 0.5% bound, so a sampler beside a GPU's work keeps its
+    interval. Beside a CPU step that keeps every core busy it costs the step about three times its CPU (measured
+    in lockstep: 0.7% of an AVX2 step at 0.23 ms a sample), so the interval widens until that stays under 0.2% of
+    the work's time: 0.4 ms x 3 / 0.002 = 0.6 s at least."""
+    _costly_cpu(monkeypatch, 0.0004)
+    beside_gpu = TelemetrySampler(0.1, gpus=False).start()
+    time.sleep(0.8)
+    calm = beside_gpu.stop()  # widened only where this machine's own sampling passes 0.1 ms
+    assert "busy" not in calm.notes.get("interval", "")
+    busy = TelemetrySampler(0.1, gpus=False, busy_cores=True).start()
+    time.sleep(0.8)
+    tel = busy.stop()
+    least = 0.0004 * tm.BUSY_CORE_COST_FACTOR / tm.MAX_BUSY_WORK_SHARE
+    assert tel.interval_s >= least * 0.99
+    assert "cost to work that keeps the cores busy" in tel.notes["interval"]
+    assert "under 0.2% of the work's time" in tel.notes["interval"]
+    row = telemetry_columns(tel.summary())
+    assert row["telemetry_interval_s"] == tel.interval_s and row["telemetry_interval_note"] == tel.notes["interval"]
+    assert telemetry_columns(calm.summary())["telemetry_interval_note"] == calm.notes.get("interval")
+
+
+def test_the_slow_sources_reads_count_in_a_samples_cost(monkeypatch):
+    """Listing processes is read once every ten ticks, none of them among the five that measure a sample's CPU:
+    its cost, shared over its ticks, is part of what a sample costs. A 60 ms listing (stride 100 at 0.1 s, as a
+    call over 5 ms) adds 0.6 ms a tick, past 0.5% of a core at 0.1 s whatever the rest of a sample costs."""
+    real = TelemetrySampler._processes
+
+    def slow_listing(self):
+        _burn_cpu_s(0.06)
+        return real(self)
+
+    monkeypatch.setattr(TelemetrySampler, "_processes", slow_listing)
+    sampler = TelemetrySampler(0.1, gpus=False).start()
+    time.sleep(0.8)
+    tel = sampler.stop()
+    assert tel.interval_s >= 0.12 and "to keep sampling under 0.5% of a core" in tel.notes["interval"]
+    assert float(tel.notes["interval"].split("a sample took ")[1].split(" ms")[0]) >= 0.6
+
+
+def test_the_summary_says_where_sampling_was_widened(monkeypatch, tmp_path):
+    """The summary's hardware section names why a row's sampler sampled less often than asked, once."""
+    from benchlib.report.display import summary
+
+    shown: list[str] = []
+    monkeypatch.setattr(summary, "display", lambda obj: shown.append(getattr(obj, "data", str(obj))))
+    monkeypatch.setattr(summary, "telemetry_timelines", lambda *a, **k: True)
+    note = "a sample took 0.43 ms of CPU: the interval is 0.65 s, not 0.1 s, to keep its cost ... under 0.2%"
+    rows = pd.DataFrame([{"status": "ok", "machine": "m", "hardware": "cpu", "model": "resnet18", "batch_size": 64,
+                          "variant": v, "cpu_util_pct_mean": 99.0, "telemetry_samples": 16,
+                          "telemetry_interval_note": note} for v in ("a", "b")])
+    summary.telemetry(rows, [], str(tmp_path))
+    said = [s for s in shown if isinstance(s, str) and s.startswith("Sampled less often than asked")]
+    assert said == [f"Sampled less often than asked: {note}."]
+    shown.clear()
+    summary.telemetry(rows.drop(columns="telemetry_interval_note"), [], str(tmp_path))
+    assert not any(isinstance(s, str) and s.startswith("Sampled less often") for s in shown)

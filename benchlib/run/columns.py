@@ -187,7 +187,7 @@ def telemetry_columns(t: TelemetrySummary) -> Row:
         "gpu_temp_c_max": t.gpu_temp_c_max, "gpu_sm_clock_mhz_mean": t.gpu_sm_clock_mhz_mean,
         "cpu_temp_c_max": t.cpu_temp_c_max, "rss_bytes_max": t.rss_bytes_max, "threads_max": t.threads_max,
         "processes_max": t.processes_max, "telemetry_samples": t.samples, "telemetry_interval_s": t.interval_s,
-        "telemetry_missing": t.missing,
+        "telemetry_interval_note": t.interval_note, "telemetry_missing": t.missing,
     }
 
 

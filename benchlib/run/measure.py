@@ -295,7 +295,8 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     uuids = _gpu_uuids(device, dist_info)
     peers = distributed.local_peer_pids(dist_info)  # every rank, before any of them starts sampling
     sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpus=bool(uuids),
-                                                                gpu_uuids=uuids, peer_pids=peers)
+                                                                gpu_uuids=uuids, peer_pids=peers,
+                                                                busy_cores=device.type == "cpu")
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)  # training: every local rank's GPU, each busy with its share
     infer_meter = meter  # inference runs on rank 0 alone: its GPU only (below), not the idle ones beside it

@@ -267,6 +267,8 @@ TELEMETRY = _group(
     ("processes_max", "processes", "processes on the machine while training, maximum"),
     ("telemetry_samples", "samples", "telemetry samples taken while training"),
     ("telemetry_interval_s", "s", "seconds between telemetry samples"),
+    ("telemetry_interval_note", "", "why the sampler sampled less often than telemetry_interval_s asked (a sample's "
+                                    "CPU, and its cost to work that keeps the cores busy), where it did"),
     ("telemetry_missing", "", "telemetry sources that could not be read, with the reason"),
 )
 

@@ -274,6 +274,9 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
     missing = sorted({str(m) for m in good.get("telemetry_missing", pd.Series(dtype=str)).dropna() if str(m).strip()})
     if missing:  # the reasons once under the table, not a wide column repeating them
         display(Markdown("Not sampled: " + "; ".join(missing) + "."))
+    widened = sorted({str(n) for n in good.get("telemetry_interval_note", pd.Series(dtype=str)).dropna() if str(n)})
+    if widened:
+        display(Markdown("Sampled less often than asked: " + "; ".join(widened) + "."))
     energy = _drop_empty(good[[c for c in ENERGY_COLUMNS if c in good]])
     if any(c.endswith("_j_per_sample") for c in energy):
         display(show.table(energy))
