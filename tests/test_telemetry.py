@@ -422,3 +422,15 @@ def test_the_summary_says_where_sampling_was_widened(monkeypatch, tmp_path):
     shown.clear()
     summary.telemetry(rows.drop(columns="telemetry_interval_note"), [], str(tmp_path))
     assert not any(isinstance(s, str) and s.startswith("Sampled less often") for s in shown)
+
+
+def test_the_sampler_counts_as_costly_where_the_steps_threads_fill_the_cpus(monkeypatch):
+    """A CPU step on as many threads as usable CPUs (over the machine's ranks) leaves the sampler no free core;
+    one thread of two beside a free core does, and so does a GPU's work."""
+    from benchlib.run import measure
+
+    monkeypatch.setattr(measure, "usable_cpu_ids", lambda: [0, 1, 2, 3])
+    for threads, peers, device, busy in [(4, 0, "cpu", True), (2, 1, "cpu", True), (2, 0, "cpu", False),
+                                         (1, 0, "cpu", False), (4, 0, "cuda", False)]:
+        monkeypatch.setattr(measure.torch, "get_num_threads", lambda t=threads: t)
+        assert measure._cores_all_busy(torch.device(device), peers) is busy, (threads, peers, device)

@@ -82,6 +82,12 @@ def _loadavg_1m() -> float | None:
         return None
 
 
+def _cores_all_busy(device: torch.device, peer_ranks: int) -> bool:
+    """Whether the step's threads (over this machine's ranks) fill every CPU the run may use: there a
+    telemetry sample displaces one of them, and costs the step more than its own CPU (``busy_cores``)."""
+    return device.type == "cpu" and torch.get_num_threads() * (1 + peer_ranks) >= len(usable_cpu_ids())
+
+
 def _gpu_uuids(device: torch.device, dist_info: distributed.DistInfo | None) -> list[str]:
     """The run's GPUs as NVML must find them: this device, or every local rank's device under torchrun; none
     for a CPU or MPS row (on a GPU machine the GPUs beside it are not its own: no telemetry, no energy)."""
@@ -296,7 +302,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     peers = distributed.local_peer_pids(dist_info)  # every rank, before any of them starts sampling
     sampler: TelemetrySampler | NullSampler = (TelemetrySampler(s.telemetry_interval_s, gpus=bool(uuids),
                                                                 gpu_uuids=uuids, peer_pids=peers,
-                                                                busy_cores=device.type == "cpu")
+                                                                busy_cores=_cores_all_busy(device, len(peers)))
                                                if s.telemetry else NullSampler())
     meter = EnergyMeter(gpu_uuids=uuids)  # training: every local rank's GPU, each busy with its share
     infer_meter = meter  # inference runs on rank 0 alone: its GPU only (below), not the idle ones beside it

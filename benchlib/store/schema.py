@@ -282,7 +282,8 @@ INTERFERENCE = _group(
                        "cores (/proc/stat steal)"),
     ("harness_cpu_pct", "%", "CPU benchlib's own threads (telemetry, memory sampler, rank watch) used during the "
                              "timed training steps, % of the CPUs the run may use: what the harness took from "
-                             "the work it measured"),
+                             "the work it measured (where the step's threads fill every CPU, its cost to the "
+                             "step is about three times this: see docs/measurement.md, Telemetry)"),
     ("train_minor_faults_per_step", "faults", "minor page faults the process took per timed training step: "
                                               "pages its allocator mapped fresh (zeroed on first touch); two "
                                               "runs of identical work that differ here differ in step time"),
