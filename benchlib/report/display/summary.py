@@ -39,7 +39,7 @@ IDENTITY = ("machine", "hardware", "model", "batch_size", "variant")
 UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",
                        "proc_cpu_util_pct_mean", "gpu_util_pct_mean", "gpu_util_pct_p95", "gpu_mem_used_bytes_max",
                        "gpu_power_w_mean", "gpu_temp_c_max", "cpu_temp_c_max", "threads_max", "telemetry_samples",
-                       "telemetry_missing"]
+                       "telemetry_interval_s", "telemetry_missing"]
 ENERGY_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "train_samples_per_s",
                   "train_energy_j_per_sample", "infer_samples_per_s", "infer_energy_j_per_sample",
                   "train_energy_method", "train_energy_unmeasurable"]
@@ -274,9 +274,10 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
     missing = sorted({str(m) for m in good.get("telemetry_missing", pd.Series(dtype=str)).dropna() if str(m).strip()})
     if missing:  # the reasons once under the table, not a wide column repeating them
         display(Markdown("Not sampled: " + "; ".join(missing) + "."))
-    widened = sorted({str(n) for n in good.get("telemetry_interval_note", pd.Series(dtype=str)).dropna() if str(n)})
-    if widened:
-        display(Markdown("Sampled less often than asked: " + "; ".join(widened) + "."))
+    if "telemetry_interval_note" in good and (widened := good[good["telemetry_interval_note"].notna()]).size:
+        display(Markdown("Sampled less often than asked (`telemetry_interval_s` above), so as not to slow the work:\n\n"
+                         + "\n".join(f"- {r.model}, batch {r.batch_size}, {r.variant}: {r.telemetry_interval_note}"
+                                      for r in widened.itertuples())))
     energy = _drop_empty(good[[c for c in ENERGY_COLUMNS if c in good]])
     if any(c.endswith("_j_per_sample") for c in energy):
         display(show.table(energy))
