@@ -47,8 +47,8 @@ MAX_CORE_SHARE = 0.005
 # Where the measured work keeps every core busy (a CPU training step's parallel regions), a sample costs the
 # work more than its own CPU: it displaces one of the region's threads, which the others wait for, and that
 # thread comes back to cold caches. Measured in lockstep on the 2-core VM with AVX2 kernels (resnet18, batch
-# 64): sampling every 0.1 s at 0.23 ms of CPU a sample slowed the step by 0.7%, three times its CPU share,
-# and every 1 s by nothing measurable. Such work (``busy_cores``) widens the interval until
+# 64, 16 rounds): sampling every 0.1 s at 0.23 ms of CPU a sample slowed the step by 0.8% [0.2, 1.4], three
+# times its CPU share, and every 1 s by 0.2% [-0.4, 0.7]. Such work (``busy_cores``) widens the interval until
 # CPU x BUSY_CORE_COST_FACTOR / interval stays under MAX_BUSY_WORK_SHARE of the work's time.
 BUSY_CORE_COST_FACTOR = 3.0
 MAX_BUSY_WORK_SHARE = 0.002
