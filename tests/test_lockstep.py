@@ -96,6 +96,23 @@ def test_benchlib_run_passes_the_gate_once_a_training_step(tmp_path: Path):
     assert row["train_samples_per_s"] > 0
 
 
+def test_benchlib_layers_passes_the_gate_once_a_timed_step_and_forward(tmp_path: Path):
+    """explain_lockstep.py's wrapper gates ``benchlib layers`` before each training step (warmup, plain and
+    timed layer by layer) and each batch-1 forward (3 warm, plain and hooked), outside their timers."""
+    from explain_lockstep import LAYERS_CODE
+
+    from benchlib.roofline.cache import ensure_ceilings
+
+    ensure_ceilings(tmp_path / "seed", "cpu")  # the session's machine cache: the child measures none
+    cmd = [sys.executable, "-c", LAYERS_CODE, "layers", "--quiet", "--model", "resnet18", "--data", "synthetic",
+           "--batch-size", "4", "--image-size", "16", "--threads", "1", "--steps", "2", "--block", "1",
+           "--set", "warmup_steps=1", "--results-dir", str(tmp_path / "r"), "--json"]
+    done = lockstep.run({"layers": cmd}, cwd=str(BENCHMARKS.parent), timeout_s=300)["layers"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.turns == 1 + 2 + 2 + (3 + 2 + 2), "warmup, plain, hooked steps; warm, plain, hooked forwards"
+    assert len(list((tmp_path / "r" / "layers").glob("*.json"))) == 1
+
+
 def test_rounds_are_judged_by_their_paired_geometric_mean():
     import overhead
 
