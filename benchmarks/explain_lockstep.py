@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import lockstep
 import numpy as np
@@ -52,6 +53,8 @@ _layers._Forwards.one = _gated(_layers._Forwards.one)
 from benchlib.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+WAYS = ("sequence", "lockstep")  # one after another, as a study records; side by side, a step each in turn
 
 
 def layers_cmd(args: argparse.Namespace, side: str, folder: Path, seed: int) -> list[str]:
@@ -88,8 +91,8 @@ def record(args: argparse.Namespace, how: str, root: Path) -> dict[str, list[Pat
     return files
 
 
-def explained(files: dict[str, list[Path]]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+def explained(files: dict[str, list[Path]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for metric, inference in ((TRAINING, False), (INFERENCE, True)):
         runs = {side: [run_of(json.loads(p.read_text()), inference) for p in paths] for side, paths in files.items()}
         e = explain([r for r in runs["A"] if r], [r for r in runs["B"] if r], metric=metric, verdict="unknown")
@@ -114,17 +117,19 @@ def main() -> int:
     p.add_argument("--block", type=int, default=5)
     p.add_argument("--a-format", default="nchw")
     p.add_argument("--b-format", default="channels_last")
-    p.add_argument("--ways", default="sequence,lockstep", help="comma-separated: sequence, lockstep")
+    p.add_argument("--ways", default=",".join(WAYS), help="comma-separated: " + ", ".join(WAYS))
     p.add_argument("--pin-allocator", action="store_true",
                    help="every run with glibc malloc held still (overhead.PINNED_MALLOC): no mmap, no trim")
     p.add_argument("--work", type=Path, required=True, help="a folder for the runs' results")
     p.add_argument("--json", type=Path, help="also write the figures to this file")
     args = p.parse_args()
-    figures: dict[str, object] = {"settings": {k: str(v) for k, v in vars(args).items()}}
+    if bad := [w for w in args.ways.split(",") if w not in WAYS]:
+        p.error(f"--ways {','.join(bad)}; allowed: a comma-separated list of {', '.join(WAYS)}")
+    figures: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}}
     ensure_ceilings(args.work / "seed", "cpu")  # once, into the machine cache: no child measures them beside another
     for how in args.ways.split(","):
         figures[how] = explained(record(args, how, args.work))
-        for metric, f in figures[how].items():  # type: ignore[union-attr]
+        for metric, f in figures[how].items():
             print(f"{how:9s} {metric:10s} A {f['a_ms']:.2f} ms, B {f['b_ms']:.2f} ms, delta {f['delta_ms']:+.2f} ms "
                   f"[{f['delta_ci_ms'][0]:+.2f}, {f['delta_ci_ms'][1]:+.2f}], coverage {f['coverage']:.3f} "
                   f"[{f['coverage_ci'][0]:.2f}, {f['coverage_ci'][1]:.2f}] {f['why'] or ''}", flush=True)
