@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import TINY, seed_ceilings
 
@@ -234,13 +235,18 @@ def folders(tmp_path_factory):
     for name in ("b", "t1", "t2"):  # the machine's ceilings once, not per folder
         shutil.copytree(first / "ceilings", root / name / "ceilings")
     _record(root / "b", "squeezenet1_1", seeds=(0,), **SIDE)
-    for seed in (1, 2, 3):  # A B, B A, A B, B A: neither side is always the second, warmer run
-        for name in (("b", "a") if seed % 2 else ("a", "b")):
-            _record(root / name, "squeezenet1_1", seeds=(seed,), **SIDE)
+    _interleaved(root / "a", root / "b", seeds=(1, 2, 3))
     _record(root / "b", "mobilenet_v2", train_steps=2)  # only in B
     for threads in (1, 2):
         _record(root / f"t{threads}", "resnet18", batch=64, threads=threads, train_steps=20, latency_budget_s=0)
     return root
+
+
+def _interleaved(a, b, seeds) -> None:
+    """Identical squeezenet runs into ``a`` and ``b``, A B, B A, ...: neither side is always the second, warmer run."""
+    for seed in seeds:
+        for folder in ((b, a) if seed % 2 else (a, b)):
+            _record(folder, "squeezenet1_1", seeds=(seed,), **SIDE)
 
 
 def _fresh_run(folder, image_px: int = 32) -> None:
@@ -324,22 +330,45 @@ def test_a_real_difference_in_fresh_processes_is_claimed_beyond_the_floor(fresh,
     assert "inconclusive: " in capsys.readouterr().out
 
 
-def test_two_runs_of_identical_settings_are_never_told_apart(folders):
-    """Four runs a side, compared run by run. Four against four separate completely by chance 2 times in 70
-    (Mann-Whitney's smallest p, 0.029, is under 0.05): then a claim is the test's nominal false alarm, and
-    what is asserted is that it stays small. Otherwise no claim: "same" where the interval lies within the
-    threshold, "inconclusive" where this machine's run-to-run spread leaves it wider."""
-    table = diff(folders / "a", folders / "b", ["train_samples_per_s", "train_step_s", "test_accuracy"])
+def _identical_sides(a, b) -> pd.DataFrame:
+    """diff of the squeezenet runs of ``a`` and ``b``, indexed by metric, with what every verdict must hold."""
+    table = diff(a, b, ["train_samples_per_s", "train_step_s", "test_accuracy"])
     same = table[table["configuration"].str.startswith("cpu__squeezenet1_1")].set_index("metric")
     assert same.loc["train_samples_per_s", "level"] == "runs"  # four runs a side: run-to-run drift counts
     assert same.loc["train_samples_per_s", "test"] == "mann-whitney"
     for metric in ("train_samples_per_s", "train_step_s"):
         row = same.loc[metric]
-        separated = row["p_value"] < 0.05  # every run of one side beyond every run of the other
-        assert row["verdict"] not in CLAIMS or (separated and abs(row["ratio"] - 1) < 0.10), same.to_dict("index")
+        assert row["verdict"] not in CLAIMS or row["p_value"] < 0.05, row  # a claim: every run of one side beyond
         assert row["verdict"] != "same" or within_threshold(row["ci_low"], row["ci_high"]), row
     assert same.loc["test_accuracy", "ratio"] == 1.0  # same seeds, same data: the same weights
-    only = table[table["configuration"].str.startswith("cpu__mobilenet_v2")]
+    return same
+
+
+def test_two_runs_of_identical_settings_are_never_told_apart(folders, tmp_path):
+    """Four runs a side, compared run by run: no claim, or the test's own chance one, which does not come back.
+
+    Four against four separate completely by chance 2 times in 70 (Mann-Whitney's smallest p, 0.029, is under
+    0.05), and then the ratio is whatever the machine's drift made it: this VM's step time moves between
+    about 17 and 34 ms within seconds in a bare loop (squeezenet, batch 16, 32 px), in plateaus that outlast
+    a run, and in one CI run all four of A's runs fell on slow ones and all of B's on fast ones, 1.36x apart.
+    So a claim here is the test's nominal false alarm or a real difference between the sides (a folder or
+    order effect); four fresh runs a side tell them apart. A chance claim comes back in the same direction
+    about 1.5 times in 100; a difference that is real comes back every time. Otherwise no claim: "same" where
+    the interval lies within the threshold, "inconclusive" where the run-to-run spread leaves it wider.
+    """
+    same = _identical_sides(folders / "a", folders / "b")
+    claims = {m: same.loc[m, "verdict"] for m in ("train_samples_per_s", "train_step_s")
+              if same.loc[m, "verdict"] in CLAIMS}
+    if claims:
+        again_a, again_b = tmp_path / "a", tmp_path / "b"
+        for name in (again_a, again_b):
+            shutil.copytree(folders / "a" / "ceilings", name / "ceilings")
+        _interleaved(again_a, again_b, seeds=(0, 1, 2, 3))
+        again = _identical_sides(again_a, again_b)
+        repeated = {m: v for m, v in claims.items() if again.loc[m, "verdict"] == v}
+        assert not repeated, f"identical sides told apart twice: {repeated}; first {same.to_dict('index')}"
+    only = diff(folders / "a", folders / "b", ["train_samples_per_s"])
+    only = only[only["configuration"].str.startswith("cpu__mobilenet_v2")]
     assert set(only["verdict"]) == {"only in B"}, "a configuration on one side only is listed, not dropped"
 
 
