@@ -16,10 +16,11 @@ Two ways to run a round:
   is left is how one process differs from the next: 1.5-2.4% a round on the build VMs (the bare loop
   against itself, ``--control``, moved 0.91-1.04 over eight rounds). Rounds are judged by the geometric
   mean of their ratios, with its bootstrap interval: 40-50 rounds (20-30 minutes there) narrow it to
-  about ±0.5%.
+  about ±0.5% on a day when a round spreads 1.5%. On days when it spreads 3-5% they cannot meet the target:
+  after ``--give-up-after`` rounds (8) the run stops and says so, with the rounds that would (``out_of_reach``).
 
     .venv/bin/python benchmarks/overhead.py [--rounds 5] [--steps 30] [--threads 2] [--lockstep] [--control]
-        [--pin-allocator] [--json out.json] [--suspect NAME=KEY=VALUE ...]
+        [--pin-allocator] [--give-up-after 8] [--json out.json] [--suspect NAME=KEY=VALUE ...]
 
 Each ``--suspect`` adds an arm: ``benchlib run`` with one of its parts switched off (``--suspect
 no-telemetry=telemetry=false``: the sampler thread and the interference watch that reads it), run in the
@@ -122,6 +123,31 @@ def paired_geomean(ratios: list[float], *, resamples: int = 10_000, seed: int = 
     return point, float(low), float(high)
 
 
+TARGET = (0.99, 1.01)
+
+
+def out_of_reach(ratios: list[float], planned_rounds: int, target: tuple[float, float] = TARGET,
+                 z: float = 1.96) -> str | None:
+    """Why ``planned_rounds`` rounds cannot bring the paired interval inside ``target``, or None.
+
+    The rounds so far give the spread of a round's ratio (sd of the logs); the geometric mean of
+    ``planned_rounds`` such rounds has an interval about ``z * sd / sqrt(planned_rounds)`` wide each way,
+    which must fit in the target's half-width however well the point lands. On a day when a process differs
+    from its twin by 4%, 40 rounds give about +-1.2%: half an hour that cannot meet +-1%.
+    """
+    if len(ratios) < 2 or planned_rounds < 1:
+        return None
+    sd = float(np.std(np.log(ratios), ddof=1))
+    reach = z * sd / math.sqrt(planned_rounds)
+    half = math.log(target[1] / target[0]) / 2
+    if reach <= half:
+        return None
+    needed = math.ceil((z * sd / half) ** 2)
+    return (f"a round's ratio spreads {sd:.1%} today (sd over {len(ratios)} rounds): {planned_rounds} rounds "
+            f"would narrow the interval to about +-{math.expm1(reach):.1%}, wider than the target's "
+            f"{target[0]:g}-{target[1]:g}; about {needed} rounds would reach it")
+
+
 # glibc's malloc, held still: no buffer is mmap'd on its own and nothing is given back to the OS, so a step
 # reuses the heap the warmup grew instead of mapping (and zero-faulting) 60-90 MB afresh. Left free, a fresh
 # process settles at about 16,000 or 22,000-25,000 minor faults a step by chance, and the second mode runs
@@ -156,6 +182,9 @@ def main() -> None:
                         help="add a second bare loop: its ratio to the first is the method's own floor")
     parser.add_argument("--pin-allocator", action="store_true",
                         help="every arm runs with glibc malloc held still (PINNED_MALLOC): no mmap, no trim")
+    parser.add_argument("--give-up-after", type=int, default=8, metavar="K",
+                        help="under --lockstep, stop after K rounds when their spread says --rounds cannot bring "
+                             "the interval inside the target (0: never)")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--suspect", action="append", default=[], metavar="NAME=KEY=VALUE",
                         help="an arm of benchlib run with one setting changed (repeatable)")
@@ -174,6 +203,7 @@ def main() -> None:
     bare_faults: list[float] = []
     arms: dict[str, list[float]] = {name: [] for name in suspects}
     t_start = time.perf_counter()
+    stopped: str | None = None
     for r in range(args.rounds):
         order = ["benchlib", "bare", *suspects, *(["bare-again"] if args.control else [])]
         order = order[r % len(order):] + order[:r % len(order)]  # rotated, so a drifting machine favours none
@@ -199,6 +229,11 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds}: benchlib {bench[-1]:.1f} samples/s, bare {plain[-1]:.1f} samples/s"
               f"{others}{control}, ratio {ratios[-1]:.3f}; minor faults a step: benchlib "
               f"{_faults(bench_faults[-1])}, bare {_faults(bare_faults[-1])}{watch}", file=sys.stderr, flush=True)
+        if args.lockstep and args.give_up_after and r + 1 == args.give_up_after < args.rounds:
+            stopped = out_of_reach(ratios, args.rounds)
+            if stopped:
+                print(f"stopped after {r + 1} rounds: {stopped}", file=sys.stderr, flush=True)
+                break
     c = compare(bench, plain, higher_is_better=True)
     suspect_ratios = {}
     for name, values in arms.items():
@@ -220,10 +255,11 @@ def main() -> None:
               "p_value": c.p_value, "test": c.test, "paired_ratio_median": paired, "paired_ci_low": paired_low,
               "paired_ci_high": paired_high, "paired_geomean": geo, "paired_geomean_ci_low": geo_low,
               "paired_geomean_ci_high": geo_high, "machine_drifted_rounds": sum(bool(d) for d in drifted),
-              "target": [0.99, 1.01], "judged_by": "paired_geomean" if args.lockstep else "ratio_of_medians",
-              "meets_target": 0.99 <= judged[0] and judged[1] <= 1.01,
+              "target": list(TARGET), "judged_by": "paired_geomean" if args.lockstep else "ratio_of_medians",
+              "meets_target": TARGET[0] <= judged[0] and judged[1] <= TARGET[1], "stopped_early": stopped,
               "suspects": suspect_ratios, "interfered_rounds": sum(bool(i) for i in interfered),
-              "rounds": args.rounds, "steps": args.steps, "threads": args.threads, "batch_size": args.batch_size,
+              "rounds": len(ratios), "rounds_planned": args.rounds, "steps": args.steps, "threads": args.threads,
+              "batch_size": args.batch_size,
               "image_size": args.image_size, "extra": args.extra, "lockstep": args.lockstep,
               "pinned_allocator": PINNED_MALLOC if args.pin_allocator else None,
               "benchlib_minor_faults_per_step": bench_faults, "bare_minor_faults_per_step": bare_faults,
@@ -235,7 +271,8 @@ def main() -> None:
         g = result["control"]["paired_geomean"]
         print(f"control, the bare loop against itself: {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}]", file=sys.stderr)
     print(f"benchlib / bare: ratio of medians {c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}], paired geometric "
-          f"mean {geo:.3f} [{geo_low:.3f}, {geo_high:.3f}]; target 0.99-1.01 by {result['judged_by']}: "
+          f"mean {geo:.3f} [{geo_low:.3f}, {geo_high:.3f}]; target {TARGET[0]:g}-{TARGET[1]:g} by "
+          f"{result['judged_by']}: "
           f"{'met' if result['meets_target'] else 'not met'}", file=sys.stderr)
     print(json.dumps(result))
     if args.json:

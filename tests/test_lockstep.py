@@ -131,3 +131,21 @@ def test_rounds_are_judged_by_their_paired_geometric_mean():
         widths.append(high - low)
     assert 0.88 <= held / 200 <= 0.99
     assert 0.018 < float(np.median(widths)) < 0.027  # 2 x 1.96 x 0.04 / sqrt(48) = 0.0226
+
+
+def test_a_day_too_noisy_for_the_target_is_said_after_a_few_rounds():
+    """Eight rounds spreading 4% (as on 2026-11-27) cannot become a +-1% interval in 40: said, with the rounds
+    that would; 1% a round can, and so can nothing be judged from one round."""
+    import overhead
+
+    rng = np.random.default_rng(3)
+    noisy = list(np.exp(rng.normal(0.0, 0.04, 8)))
+    why = overhead.out_of_reach(noisy, 40)
+    assert why is not None and "wider than the target's 0.99-1.01" in why and "40 rounds" in why
+    sd = float(np.std(np.log(noisy), ddof=1))
+    needed = math.ceil((1.96 * sd / (math.log(1.01 / 0.99) / 2)) ** 2)
+    assert f"about {needed} rounds would reach it" in why and needed > 40
+    assert overhead.out_of_reach(noisy, needed) is None  # as many rounds as it names: within reach
+    quiet = list(np.exp(rng.normal(0.0, 0.01, 8)))
+    assert overhead.out_of_reach(quiet, 40) is None
+    assert overhead.out_of_reach(noisy[:1], 40) is None
