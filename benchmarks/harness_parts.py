@@ -14,10 +14,10 @@ on the build VM) fall on all of them:
   starts (asked every 0.1 s, its interval widened for work that keeps the cores busy): its cost to a run
   is one sample's cost to the step over the interval it settled on.
 
-A round is ``--steps`` turns; its figure per arm is the median step. Each round's ratio is the bare
-median over the arm's (the arm's speed against the bare loop's); an arm's figure is the geometric mean of
-its rounds' ratios with a 95% bootstrap interval (``overhead.paired_geomean``): 1.000 is free, 0.995 costs
-the step 0.5%.
+Each turn's ratio is its bare step over the arm's step (the arm's speed against the bare loop's); the arm's
+figure is the median of its turns' ratios with a 95% bootstrap interval: 1.000 is free, 0.995 costs the step
+0.5%. Adjacent steps share the host's moment, so the turns are the precise figure; rounds of ``--steps``
+turns (each arm's median step, their ratios' geometric mean, ``overhead.paired_geomean``) are printed too.
 
     .venv/bin/python benchmarks/harness_parts.py [--rounds 30] [--steps 15] [--threads 2] [--json out.json]
 """
@@ -31,15 +31,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-import torchvision
-from overhead import paired_geomean
-
-from benchlib.engine.step import Trainer, train_step
-from benchlib.instruments.telemetry import Telemetry, TelemetrySampler
-from benchlib.report.evidence.stats import spread
-from benchlib.spec.settings import RunSettings
+if TYPE_CHECKING:
+    from benchlib.instruments.telemetry import Telemetry
 
 ARMS = ("bare", "train_step", "sample")
 
@@ -49,8 +44,13 @@ class _FiredSampler:
     ``delay_s`` later. Its periodic thread is stopped: only fired samples are taken."""
 
     def __init__(self) -> None:
+        from benchlib.instruments.telemetry import COST_PROBE_TICKS, TelemetrySampler
+        from benchlib.spec.settings import RunSettings
+
         self.sampler = TelemetrySampler(RunSettings().telemetry_interval_s, gpus=False, busy_cores=True).start()
-        time.sleep(self.sampler.interval_s * 6)  # its first ticks bound its interval (COST_PROBE_TICKS)
+        deadline = time.monotonic() + 30.0
+        while len(self.sampler._rows) <= COST_PROBE_TICKS and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first sample and COST_PROBE_TICKS ticks: their CPU bounds its interval
         self.interval_s = self.sampler.interval_s
         self.sampler._stop.set()  # its own ticks end here; stop() below still joins and closes it
         self.sampler._thread.join()
@@ -92,6 +92,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 2 or args.steps < 1:
         parser.error(f"--rounds {args.rounds} --steps {args.steps}; allowed: rounds >= 2, steps >= 1")
+    import torch  # after the arguments: a refusal needs no torch
+    import torchvision
+    from overhead import paired_geomean
+
+    from benchlib.engine.step import Trainer, train_step
+    from benchlib.report.evidence.stats import spread
+    from benchlib.spec.settings import RunSettings
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
