@@ -330,8 +330,9 @@ def test_a_real_difference_in_fresh_processes_is_claimed_beyond_the_floor(fresh,
     assert "inconclusive: " in capsys.readouterr().out
 
 
-def _identical_sides(a, b) -> pd.DataFrame:
-    """diff of the squeezenet runs of ``a`` and ``b``, indexed by metric, with what every verdict must hold."""
+def _identical_sides(a, b) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """diff of ``a`` and ``b``: the squeezenet runs indexed by metric, held to what every verdict must hold, and
+    the whole table."""
     table = diff(a, b, ["train_samples_per_s", "train_step_s", "test_accuracy"])
     same = table[table["configuration"].str.startswith("cpu__squeezenet1_1")].set_index("metric")
     assert same.loc["train_samples_per_s", "level"] == "runs"  # four runs a side: run-to-run drift counts
@@ -341,7 +342,7 @@ def _identical_sides(a, b) -> pd.DataFrame:
         assert row["verdict"] not in CLAIMS or row["p_value"] < 0.05, row  # a claim: every run of one side beyond
         assert row["verdict"] != "same" or within_threshold(row["ci_low"], row["ci_high"]), row
     assert same.loc["test_accuracy", "ratio"] == 1.0  # same seeds, same data: the same weights
-    return same
+    return same, table
 
 
 def test_two_runs_of_identical_settings_are_never_told_apart(folders, tmp_path):
@@ -356,7 +357,7 @@ def test_two_runs_of_identical_settings_are_never_told_apart(folders, tmp_path):
     about 1.5 times in 100; a difference that is real comes back every time. Otherwise no claim: "same" where
     the interval lies within the threshold, "inconclusive" where the run-to-run spread leaves it wider.
     """
-    same = _identical_sides(folders / "a", folders / "b")
+    same, table = _identical_sides(folders / "a", folders / "b")
     claims = {m: same.loc[m, "verdict"] for m in ("train_samples_per_s", "train_step_s")
               if same.loc[m, "verdict"] in CLAIMS}
     if claims:
@@ -364,11 +365,10 @@ def test_two_runs_of_identical_settings_are_never_told_apart(folders, tmp_path):
         for name in (again_a, again_b):
             shutil.copytree(folders / "a" / "ceilings", name / "ceilings")
         _interleaved(again_a, again_b, seeds=(0, 1, 2, 3))
-        again = _identical_sides(again_a, again_b)
+        again, _ = _identical_sides(again_a, again_b)
         repeated = {m: v for m, v in claims.items() if again.loc[m, "verdict"] == v}
         assert not repeated, f"identical sides told apart twice: {repeated}; first {same.to_dict('index')}"
-    only = diff(folders / "a", folders / "b", ["train_samples_per_s"])
-    only = only[only["configuration"].str.startswith("cpu__mobilenet_v2")]
+    only = table[table["configuration"].str.startswith("cpu__mobilenet_v2")]
     assert set(only["verdict"]) == {"only in B"}, "a configuration on one side only is listed, not dropped"
 
 
