@@ -146,6 +146,9 @@ def test_a_day_too_noisy_for_the_target_is_said_after_a_few_rounds():
     needed = math.ceil((1.96 * sd / (math.log(1.01 / 0.99) / 2)) ** 2)
     assert f"about {needed} rounds would reach it" in why and needed > 40
     assert overhead.out_of_reach(noisy, needed) is None  # as many rounds as it names: within reach
+    longer = overhead.out_of_reach(noisy, 40, steps=30)  # rounds ten times as long: the steps' noise averages
+    assert longer is not None and longer.startswith(why)
+    assert longer.endswith(f", or about {math.ceil(needed / 10)} rounds of 300 steps")
     quiet = list(np.exp(rng.normal(0.0, 0.01, 8)))
     assert overhead.out_of_reach(quiet, 40) is None
     assert overhead.out_of_reach(noisy[:1], 40) is None
