@@ -15,11 +15,12 @@ Two ways to run a round:
   each in turn, the others stopped (lockstep.py). A slow stretch of the host that outlasts a step lands on
   both sides; what is left is mostly the steps' own noise (on the build VMs a step's time against the
   other process's step beside it moves by about 19%), so a round's ratio spreads less the more steps it
-  times: 3.4% a round at 30 steps, 1.8% at 100, 1.3% at 300 (2026-11-27). Rounds are judged by the geometric mean of their ratios,
-  with its bootstrap interval. Each round also pays its processes' set-up (about 20 s), so long rounds are
-  the cheap way to a narrow interval: 20 rounds of 300 steps (34 minutes) gave ±0.5% where 150 rounds of 30
-  steps took 70. When the rounds so far say the planned ones cannot meet the target, the run stops after
-  ``--give-up-after`` rounds (8) and says so, with the rounds that would (``out_of_reach``).
+  times: 3.4% a round at 30 steps, 1.8% at 100, 1.3% at 300 (2026-11-27). Rounds are judged by the
+  geometric mean of their ratios, with its bootstrap interval. Each round also pays its processes' set-up
+  (about 20 s), so long rounds are the cheap way to a narrow interval: 20 rounds of 300 steps (34 minutes)
+  gave ±0.5% where 150 rounds of 30 steps took 70. When the rounds so far say the planned ones cannot meet
+  the target, the run stops after ``--give-up-after`` rounds (8) and says so, with the rounds that would
+  (``out_of_reach``).
 
     .venv/bin/python benchmarks/overhead.py [--rounds 5] [--steps 300] [--threads 2] [--lockstep] [--control]
         [--pin-allocator] [--give-up-after 8] [--json out.json] [--suspect NAME=KEY=VALUE ...]
