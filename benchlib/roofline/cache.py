@@ -75,6 +75,8 @@ def _cached(path: Path, dev: torch.device, *, kept: bool = False) -> Ceilings | 
     except (OSError, ValueError, TypeError, UnicodeDecodeError) as exc:
         warnings.warn(f"re-measuring ceilings: unreadable file {path}: {exc}", stacklevel=3)
         return None
+    if cached.cut_on_read:  # an older benchlib's grown history: written back bounded at once
+        atomic_write_json(path, cached.to_json())
     reason = stale_reason(cached, dev)
     if reason is None and kept and not cached.fingerprint:
         reason = fingerprint_change(None, {})

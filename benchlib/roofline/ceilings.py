@@ -390,8 +390,7 @@ def measure_watched(device: str | torch.device, threshold_pct: float = DEFAULT_T
         telemetry = sampler.stop()
     seen = interference.measure(telemetry.frame, usable_cpu_ids(), threshold_pct=threshold_pct, phases=("ceilings",))
     return dataclasses.replace(measured, interference_cpu_pct=seen.cpu_pct, steal_pct=seen.steal_pct,
-                               interfered=seen.interfered, interference=seen.describe(),
-                               attempt_interference_cpu_pct=[seen.cpu_pct])
+                               interfered=seen.interfered, interference=seen.describe())
 
 
 def measure_ceilings_robust(device: str | torch.device, max_attempts: int = 3,

@@ -5,6 +5,7 @@ No torch here: a report reads and draws ceilings without importing it (``ceiling
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -13,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ..store.layout import ResultsLayout
+from .history import Attempt, Earlier, bounded
 from .model import ridge_point_flops_per_byte
+from .oversized import read_skipping
+
+# A ceilings file keeps a bounded history (:mod:`.history`): tens of kB. One over this size was grown by an older
+# benchlib's merges and is read without its attempt lists, never loaded whole.
+MAX_CEILINGS_FILE_BYTES = 2 * 2**20
+_LEGACY_LISTS = ("attempt_peaks_flops_per_s", "attempt_bandwidths_bytes_per_s", "attempt_interference_cpu_pct")
 
 
 @dataclass
@@ -21,7 +29,8 @@ class Ceilings:
     """One device's measured roof: peak FLOP/s per dtype, bandwidth (bytes read + written per second), and how.
 
     ``samples`` keeps the raw seconds behind every figure; ``noisy`` names figures whose IQR/median is
-    over 10%; ``path`` is the file it was read from (not stored).
+    over 10%; ``history`` the attempts merged into it that a file keeps whole, ``earlier`` the rest summarised
+    (:mod:`.history`); ``path`` is the file it was read from (not stored).
     """
 
     device: str
@@ -44,16 +53,14 @@ class Ceilings:
     measured_utc: str = ""
     method: str = ""
     machine: str = ""
-    attempts: int = 1
-    attempt_peaks_flops_per_s: list[dict[str, float]] = field(default_factory=list)
-    attempt_bandwidths_bytes_per_s: list[float] = field(default_factory=list)
+    history: list[Attempt] = field(default_factory=list)  # empty for one fresh measurement: it is its own
+    earlier: Earlier = field(default_factory=Earlier)
     # other work on the machine while measuring (see instruments.interference): a roof measured under
     # load is too low and puts correct points above it, so such a roof is measured again
     interference_cpu_pct: float | None = None
     steal_pct: float | None = None
     interfered: bool | None = None  # every attempt was interfered (one quiet attempt makes the maximum sound)
     interference: str | None = None
-    attempt_interference_cpu_pct: list[float | None] = field(default_factory=list)
     matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
     conv_flops_per_s: dict[str, float] = field(default_factory=dict)
     conv_shape: list[int] = field(default_factory=list)  # batch, channels, side of the roof's convolution
@@ -65,6 +72,18 @@ class Ceilings:
     # the conditions it was measured under (env.fingerprint): the machine cache keeps it only while they hold
     fingerprint: dict[str, str] = field(default_factory=dict)
     path: str | None = None
+    cut_on_read: bool = False  # its file held more history than a file keeps (not stored): to be written back
+
+    @property
+    def attempts(self) -> int:
+        """How many measurements were merged into these figures: those kept and those summarised."""
+        return len(self.attempt_history()) + self.earlier.count
+
+    def attempt_history(self) -> list[Attempt]:
+        """The attempts kept whole: ``history``, or a fresh measurement as its own one attempt."""
+        return list(self.history) or [Attempt(self.measured_utc, dict(self.peak_flops_per_s),
+                                              self.bandwidth_bytes_per_s, self.interference_cpu_pct,
+                                              self.interfered, {k: list(v) for k, v in self.samples.items()})]
 
     def kind_roof(self, kind: str, dtype: str, cache_resident: bool = False) -> tuple[float, float]:
         """The (FLOP/s, bytes/s) roof a layer of ``kind`` (``spec.vocab.OP_KINDS``) in ``dtype`` meets: its
@@ -84,6 +103,8 @@ class Ceilings:
         """What the ceilings file holds (the derived ridge points included for readers; ``path`` left out)."""
         data = dataclasses.asdict(self)
         data.pop("path")
+        data.pop("cut_on_read")
+        data["attempts"] = self.attempts
         data["ridge_point_flops_per_byte"] = self.ridge_point_flops_per_byte
         return data
 
@@ -93,10 +114,31 @@ class Ceilings:
         if not isinstance(data, Mapping) or not isinstance(data.get("peak_flops_per_s"), dict) \
                 or not isinstance(data.get("bandwidth_bytes_per_s"), (int, float)) or "device" not in data:
             raise ValueError("not a benchlib ceilings file")
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known and k != "path"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"path", "cut_on_read", "history", "earlier"}
+        values = {k: v for k, v in data.items() if k in known}
         values.setdefault("device_name", str(data["device"]))
-        return cls(**values, path=path)
+        if not isinstance(data.get("history", []), list):
+            raise ValueError("its history is not a list of attempts")
+        ceilings = cls(**values, path=path)
+        history = [Attempt.from_json(a) for a in data.get("history", [])]  # none: it is its own one attempt
+        earlier = Earlier.from_json(data.get("earlier")).merged(_legacy_attempts(data))
+        ceilings.history, ceilings.earlier = bounded(history, earlier) if history else ([], earlier)
+        return ceilings
+
+
+def _legacy_attempts(data: Mapping[str, Any]) -> Earlier:
+    """What an older benchlib's attempt lists held, summarised: each distinct attempt once, beside the file's
+    own merged figures (the one attempt it is read as)."""
+    peaks = data.get("attempt_peaks_flops_per_s") or []
+    bandwidths = data.get("attempt_bandwidths_bytes_per_s") or []
+    if not isinstance(peaks, list) or not isinstance(bandwidths, list):
+        raise ValueError("its attempt lists are not lists")
+    seen = {tuple(sorted(p.items())) for p in peaks if isinstance(p, dict)}
+    if len(seen) <= 1:
+        return Earlier()
+    highest = Earlier().folding([Attempt("", dict(p), 0.0) for p in seen])
+    return dataclasses.replace(highest, count=len(seen) - 1, bandwidth_bytes_per_s=max(
+        (float(b) for b in bandwidths if isinstance(b, (int, float))), default=0.0))
 
 
 def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
@@ -122,6 +164,8 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
         kinds = dict.fromkeys(k for a in attempts for k in figures(a))
         return {k: highest(of_kind(k)) for k in kinds}
 
+    history, earlier = bounded([h for a in attempts for h in a.attempt_history()],
+                               functools.reduce(Earlier.merged, (a.earlier for a in attempts), Earlier()))
     quiet = [a for a in attempts if not a.interfered]
     watched = [a for a in attempts if a.interfered is not None]
     least = min(quiet or attempts, key=lambda a: a.interference_cpu_pct or 0.0)
@@ -131,21 +175,32 @@ def best_of(attempts: Sequence[Ceilings]) -> Ceilings:
         conv_flops_per_s=highest(lambda a: a.conv_flops_per_s),
         kind_flops_per_s=highest_per_kind(lambda a: a.kind_flops_per_s),
         kind_bandwidth_bytes_per_s=highest_per_kind(lambda a: a.kind_bandwidth_bytes_per_s),
-        attempts=sum(max(1, a.attempts) for a in attempts),
-        attempt_peaks_flops_per_s=[p for a in attempts for p in (a.attempt_peaks_flops_per_s or
-                                                                  [dict(a.peak_flops_per_s)])],
-        attempt_bandwidths_bytes_per_s=[b for a in attempts for b in (a.attempt_bandwidths_bytes_per_s or
-                                                                       [a.bandwidth_bytes_per_s])],
+        history=history, earlier=earlier, cut_on_read=False,
         interference_cpu_pct=least.interference_cpu_pct, steal_pct=least.steal_pct,
         interfered=(all(a.interfered for a in watched) if watched else None),
         interference=None if quiet else least.interference,
-        attempt_interference_cpu_pct=[x for a in attempts for x in a.attempt_interference_cpu_pct],
         measured_utc=max(a.measured_utc for a in attempts))
 
 
 def read_ceilings(path: Path) -> Ceilings:
-    """One ceilings file; ValueError when it is not one."""
-    ceilings = Ceilings.from_json(json.loads(path.read_text(encoding="utf-8")), path=str(path))
+    """One ceilings file, its history cut to the bound (warned, once, where the file held more); ValueError
+    when it is not one."""
+    size = path.stat().st_size
+    if size > MAX_CEILINGS_FILE_BYTES:
+        data = read_skipping(path, (*_LEGACY_LISTS, "history"))
+        ceilings = Ceilings.from_json(data, path=str(path))
+        ceilings.cut_on_read = True
+        warnings.warn(f"ceilings file {path} is {size / 2**20:.0f} MB, grown by an older benchlib's merges: read "
+                      "without its attempt history (its roofs, the highest figures, are kept); cut back on the "
+                      "next save", stacklevel=2)
+    else:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ceilings = Ceilings.from_json(data, path=str(path))
+        held = sum(len(data.get(k) or []) for k in ("history", _LEGACY_LISTS[0]))
+        if held > len(ceilings.attempt_history()):
+            ceilings.cut_on_read = True
+            warnings.warn(f"ceilings file {path} held {held} attempts: {len(ceilings.attempt_history())} kept whole, "
+                          f"{ceilings.earlier.count} others summarised; cut back on the next save", stacklevel=2)
     ceilings.machine = ceilings.machine or path.stem.split("__", 1)[0]
     return ceilings
 
