@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import warnings
 from pathlib import Path
 from typing import TypeGuard
@@ -30,7 +31,19 @@ from .measured import Ceilings, best_of, read_ceilings
 # measurement: on a host busy for minutes, measuring again at once meets the same load and costs seconds of every
 # configuration (under a load of 11 on this project's 2-core VM, each of one benchmark() call's two
 # configurations measured the roof again, three attempts each: 129 s for what takes 15 s quiet).
+# ``BENCHLIB_RETRY_INTERFERED_S`` shortens it (a benchmark meets a busy host's retries within minutes).
 RETRY_INTERFERED_S = 600
+RETRY_ENV = "BENCHLIB_RETRY_INTERFERED_S"
+
+
+def retry_interfered_s() -> float:
+    """Seconds before an interfered roof is measured again: ``$BENCHLIB_RETRY_INTERFERED_S``, else 600."""
+    try:
+        return float(os.environ.get(RETRY_ENV, RETRY_INTERFERED_S))
+    except ValueError:
+        warnings.warn(f"${RETRY_ENV} is not a number of seconds: {os.environ[RETRY_ENV]!r}; using "
+                      f"{RETRY_INTERFERED_S}", stacklevel=2)
+        return float(RETRY_INTERFERED_S)
 
 
 def save_ceilings(ceilings: Ceilings, results_dir: str | Path) -> Path:
@@ -112,7 +125,7 @@ def settled(ceilings: Ceilings | None) -> TypeGuard[Ceilings]:
     if not ceilings.interfered:
         return True
     age = _age_s(ceilings.measured_utc)
-    return age is not None and 0 <= age < RETRY_INTERFERED_S
+    return age is not None and 0 <= age < retry_interfered_s()
 
 
 def _kept(dev: torch.device) -> Ceilings | None:
