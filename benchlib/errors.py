@@ -79,6 +79,10 @@ class FolderLocked(BenchlibError):
     """Another live process holds the results folder (``store.lock``)."""
 
 
+class Orphaned(BenchlibError):
+    """A notebook kernel whose study process is gone tried to write (``store.driver``)."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler's cancel, ``kill``), raised in the command's main thread so that it leaves as Ctrl-C
     does: the kernel papermill started stopped, the results folder's lock released, one line said."""

@@ -30,6 +30,7 @@ from .._version import __version__
 from ..errors import ConfigError
 from ..report.display import site
 from ..report.words import dictionary
+from ..store import driver
 from ..store.atomic import (
     atomic_copy,
     atomic_path,
@@ -40,6 +41,7 @@ from ..store.atomic import (
     temp_beside,
 )
 from ..store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
+from ..store.lock import held_fds
 
 KERNEL_NAME = "python3"
 # Once the last cell has answered, the kernel is stopped at once (its process group killed) instead of asked to
@@ -69,7 +71,19 @@ QUIET_KERNEL_ENV = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 UNIX_SOCKET_PATH_MAX = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes with its terminator
 
 
-class IpcKernelManager(AsyncKernelManager):
+class LockSharingKernelManager(AsyncKernelManager):
+    """A kernel that inherits the results folder's lock from its driver (``store.lock.held_fds``).
+
+    A driver killed with SIGKILL releases its lock at once, while its kernel may run a second more and write a
+    row; sharing the lock's open file keeps the folder held until that kernel is gone too, and the kernel itself
+    refuses to write once its driver is (``store.driver``)."""
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+        fds = held_fds()
+        await super()._async_launch_kernel(kernel_cmd, **({**kw, "pass_fds": fds} if fds else kw))
+
+
+class IpcKernelManager(LockSharingKernelManager):
     """A kernel reached over Unix sockets beside its connection file, not TCP on localhost.
 
     Over TCP a current ipykernel warns at every start that code and outputs travel unencrypted (as they do,
@@ -92,11 +106,12 @@ class IpcKernelManager(AsyncKernelManager):
         return os.path.join(runtime, f"kernel-{uuid.uuid4()}-ipc")
 
 
-def kernel_manager() -> type[AsyncKernelManager] | None:
-    """IPC where Unix sockets exist and their paths fit (the runtime folder is short enough); else papermill's
-    own TCP manager (None)."""
+def kernel_manager() -> type[AsyncKernelManager]:
+    """IPC where Unix sockets exist and their paths fit (the runtime folder is short enough); else TCP as
+    papermill's own manager does. Either way the kernel shares the driver's lock."""
     longest = os.path.join(jupyter_runtime_dir(), f"kernel-{uuid.uuid4()}-ipc-65535")
-    return IpcKernelManager if os.name == "posix" and len(longest) <= UNIX_SOCKET_PATH_MAX else None
+    return IpcKernelManager if os.name == "posix" and len(longest) <= UNIX_SOCKET_PATH_MAX \
+        else LockSharingKernelManager
 
 
 def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Path,
@@ -111,12 +126,12 @@ def execute(notebook: Path, output: Path, params: Mapping[str, Any], *, cwd: Pat
     saving = temp_beside(output, ".ipynb")  # papermill warns on a name that does not end in .ipynb
     manager = kernel_manager()
     try:
-        with _environment({**QUIET_KERNEL_ENV, **(kernel_env or {})}):
+        with _environment({**QUIET_KERNEL_ENV, **(kernel_env or {})}, forced=driver.for_kernels()):
             papermill.execute_notebook(
                 str(notebook), str(saving), parameters=dict(params), kernel_name=KERNEL_NAME, cwd=str(cwd),
                 execution_timeout=cell_timeout_s, progress_bar=progress, log_output=False,
                 request_save_on_cell_execute=True, shutdown_kernel=KERNEL_SHUTDOWN,
-                **({"kernel_manager_class": manager} if manager else {}),
+                kernel_manager_class=manager,
             )
     except OSError as exc:  # papermill's own save of the notebook (a full disk) names no file: its output is meant
         keep_notebook(saving, output, failed=True)
@@ -148,15 +163,24 @@ def keep_notebook(saving: Path, output: Path, *, failed: bool = False) -> bool:
 
 
 @contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment (which a kernel inherits) for the block; a set one wins."""
-    added = [k for k in values if k not in os.environ]
+def _environment(values: Mapping[str, str], forced: Mapping[str, str] | None = None) -> Iterator[None]:
+    """``values`` in this process's environment (which a kernel inherits) for the block, where not set already;
+    ``forced`` whatever was set (restored after)."""
+    forced = dict(forced or {})
+    added = [k for k in values if k not in os.environ and k not in forced]
+    before = {k: os.environ.get(k) for k in forced}
     os.environ.update({k: values[k] for k in added})
+    os.environ.update(forced)
     try:
         yield
     finally:
         for k in added:
             os.environ.pop(k, None)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def render_html(ipynb: Path, title: str, report: ReportLayout, *, summary_link: bool = True) -> Path:

@@ -19,6 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import Orphaned
+from .driver import orphaned_of
+
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -49,7 +52,10 @@ def temp_beside(path: Path, suffix: str = "") -> Path:
 
 def commit(tmp: Path, path: Path) -> None:
     """Put the finished temporary file ``tmp`` in ``path``'s place: fsynced, readable as the umask allows (not
-    mkstemp's 0600, which would hide results from other users), renamed, and the rename fsynced."""
+    mkstemp's 0600, which would hide results from other users), renamed, and the rename fsynced. A kernel whose
+    study process is gone refuses (``store.driver``): the folder is no longer its to write."""
+    if (driver := orphaned_of()) is not None:
+        raise Orphaned(f"not writing {path}: the study process {driver} that started this kernel is gone")
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fchmod(fd, 0o666 & ~_umask())

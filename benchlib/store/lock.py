@@ -120,11 +120,21 @@ def _flocked(path: Path, exclusive: bool) -> int | None:
     return None
 
 
+_HELD_FDS: set[int] = set()
+
+
+def held_fds() -> tuple[int, ...]:
+    """The fds of the locks this process holds now: a driver hands them to the kernels it starts, so that a
+    kernel outliving it (its driver killed) still holds the folder while it can write (``store.driver``)."""
+    return tuple(sorted(_HELD_FDS))
+
+
 class _Held:
     """One lock file this process holds: an fd kept open (the kernel's lock lives as long as it does)."""
 
     def __init__(self, path: Path, fd: int, exclusive: bool) -> None:
         self.path, self.fd, self.exclusive = path, fd, exclusive
+        _HELD_FDS.add(fd)
 
     def record(self, holder: Holder) -> None:
         """Write ``holder`` into the file in place (the lock belongs to this inode: no rename). A holder that
@@ -147,6 +157,7 @@ class _Held:
             if _same_file(self.fd, self.path):
                 self.path.unlink(missing_ok=True)
         finally:
+            _HELD_FDS.discard(self.fd)
             os.close(self.fd)
 
 
