@@ -34,6 +34,25 @@ def interactive() -> bool:
 
 
 RELAY_POLL_S = 0.5
+RELAY_PREFIX = "benchlib-progress-"
+
+
+def remove_left_relays(folder: Path | None = None) -> int:
+    """Delete the relay files of drivers that are gone (killed before their block ended), named by pid; a
+    live one is left. Returns how many went."""
+    removed = 0
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{RELAY_PREFIX}*-*.log"):
+        pid = path.name.removeprefix(RELAY_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 @contextmanager
@@ -73,7 +92,8 @@ def relay(label: str, every_s: float = RELAY_POLL_S) -> Iterator[None]:
     new complete lines twice a second.
     """
     messages.shown()  # this process's own handlers first, without the file
-    fd, name = tempfile.mkstemp(prefix="benchlib-progress-", suffix=".log")
+    remove_left_relays()
+    fd, name = tempfile.mkstemp(prefix=f"{RELAY_PREFIX}{os.getpid()}-", suffix=".log")
     os.close(fd)
     path = Path(name)
     before = {k: os.environ.get(k) for k in (messages.PROGRESS_FILE_ENV, messages.PROGRESS_OWNER_ENV)}

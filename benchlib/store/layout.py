@@ -13,7 +13,7 @@ A results folder (``results/<study>/``)::
     tuning/optuna.sqlite3                  Optuna studies of ``benchlib tune`` in one process, or
     tuning/optuna.journal                  once parallel workers shared them (then the studies live here);
                                            tuning/<cpu|gpu>-tuned.yaml
-    superseded/<stamp>/rows|samples|telemetry/
+    superseded/<stamp>/rows|samples|telemetry|layers|profiles/
                                            rows measured with settings the study no longer has
     results.csv                            every row of the folder, rebuilt from rows/
     run_rules.json                         repeats, seeds, warmup and every run that did not count

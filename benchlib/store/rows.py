@@ -12,6 +12,7 @@ import importlib.util
 import io
 import json
 import shutil
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,12 @@ from .schema import (
 Row = dict[str, Any]
 # Where a row that failed its check goes on resume: superseded/<stamp>-failed-check/ (kept, out of the report).
 FAILED_CHECK = "failed-check"
+# The set-aside folders a results folder keeps (superseded/<stamp>/), newest first: a study edited and run
+# again every day for a year would otherwise keep every row it ever replaced.
+SUPERSEDED_KEPT = 20
+# A manifest no row (reported or set aside) points to is deleted once this old: a row written a moment
+# after its manifest is never robbed of it.
+ORPHAN_MANIFEST_AGE_S = 3600.0
 
 
 def layout_of(results: str | Path | ResultsLayout) -> ResultsLayout:
@@ -198,7 +205,8 @@ def set_aside(results: str | Path | ResultsLayout, rows: Iterable[Mapping[str, A
 
 
 def _move_aside(layout: ResultsLayout, keys: Iterable[tuple[str, str]], stamp: str) -> Path | None:
-    """Move the files of each (machine, run_id) to ``superseded/<stamp>/rows|samples|telemetry``."""
+    """Move the files of each (machine, run_id) to ``superseded/<stamp>/rows|samples|telemetry|layers|
+    profiles``, then keep only the ``SUPERSEDED_KEPT`` newest set-aside folders."""
     target = layout.superseded_dir(stamp)
     moved = False
     for machine, run_id in keys:
@@ -206,12 +214,48 @@ def _move_aside(layout: ResultsLayout, keys: Iterable[tuple[str, str]], stamp: s
             (layout.row_path(machine, run_id), "rows"),
             (layout.samples_path(machine, run_id), "samples"),
             (layout.telemetry_path(machine, run_id), "telemetry"),
+            (layout.layers_path(machine, run_id), "layers"),
+            (layout.profile_dir(machine, run_id), "profiles"),
         ):
             if path.exists():
                 (target / kind).mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(target / kind / path.name, ignore_errors=True)  # a second move within one second
                 shutil.move(str(path), str(target / kind / path.name))
                 moved = True
+    if moved:
+        prune_superseded(layout)
     return target if moved else None
+
+
+def prune_superseded(layout: ResultsLayout, keep: int = SUPERSEDED_KEPT) -> list[Path]:
+    """Delete all but the ``keep`` newest set-aside folders (by their stamp, which sorts by time); returns
+    those deleted."""
+    stamps = sorted((p for p in (layout.root / "superseded").glob("*") if p.is_dir()), key=lambda p: p.name)
+    gone = stamps[:-keep] if keep > 0 else stamps
+    for folder in gone:
+        shutil.rmtree(folder, ignore_errors=True)
+    return gone
+
+
+def prune_manifests(layout: ResultsLayout, now_s: float | None = None) -> list[Path]:
+    """Delete the manifests no row of the folder (reported or set aside) points to, once
+    ``ORPHAN_MANIFEST_AGE_S`` old; returns those deleted."""
+    wanted: set[str] = set()
+    for path in [*layout.row_files(), *layout.superseded_row_files()]:
+        try:
+            wanted.add(str(json.loads(path.read_text(encoding="utf-8")).get("manifest_id")))
+        except (OSError, ValueError, AttributeError):
+            return []  # a row that cannot be read may point to any manifest: delete none
+    cutoff = (time.time() if now_s is None else now_s) - ORPHAN_MANIFEST_AGE_S
+    gone = []
+    for path in layout.manifest_files():
+        try:
+            if path.stem not in wanted and path.stat().st_mtime < cutoff:
+                path.unlink()
+                gone.append(path)
+        except OSError:
+            continue
+    return gone
 
 
 def read_results(dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -290,8 +334,9 @@ def parquet_ready(df: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(results: str | Path | ResultsLayout) -> Path:
     """Rebuild ``results.csv`` (every row of the folder) atomically, and ``results.parquet`` beside it where
-    pyarrow is installed (the ``parquet`` extra)."""
+    pyarrow is installed (the ``parquet`` extra); manifests no row points to any more are let go."""
     layout = layout_of(results)
+    prune_manifests(layout)
     df = read_results([layout.root])
     atomic_write_text(layout.results_csv, df.to_csv(index=False))
     if importlib.util.find_spec("pyarrow") is not None:
