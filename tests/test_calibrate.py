@@ -16,10 +16,11 @@ from scipy import stats as scipy_stats
 from benchlib.cli import main
 from benchlib.env.fingerprint import fingerprint
 from benchlib.errors import ConfigError
-from benchlib.instruments.run_to_run import floor_of, floor_pcts
+from benchlib.instruments.run_to_run import floor_groups, floor_of, floor_pcts, log_spread
 from benchlib.pipeline import calibrate, publish
 from benchlib.pipeline import study as study_pipeline
 from benchlib.report.evidence import floors
+from benchlib.report.evidence.inference import Spread, compare_runs
 from benchlib.report.evidence.stats import compare, judge_single_runs
 from benchlib.run import measure as measure_module
 from benchlib.run import record as record_module
@@ -386,9 +387,11 @@ def test_one_floor_reads_the_same_in_the_table_the_sentence_and_a_comparison():
     assert f"{pct:.0f}%" != shown, "a floor whose two roundings differ"
     assert shown in floors.noise_floor_table([floor])["floor %"].tolist()
     assert f"under {shown} in training step time" in floors.floor_sentence(floor)
-    steps = compare(_noise(1.0), _noise(1.01, seed=2), higher_is_better=False)
-    judged = judge_single_runs(steps, pct, same_process=False)
-    assert judged.test == f"floor ±{shown}" and f"±{shown} (its noise floor)" in judged.note
+    sd, df = log_spread(floor_groups([floor], "train_step_s"))
+    judged = compare_runs([_noise(1.0)], [_noise(1.01, seed=2)], higher_is_better=False, floor=Spread(sd, df))
+    assert judged.level == "floor" and judged.test == "t-log, spread pooled with the noise floor", judged
+    # the floor's prediction bound (99%) and a single-run comparison's interval (95%) rest on one spread
+    assert math.log(1 + pct / 100) == pytest.approx(scipy_stats.t.ppf(0.995, df) * sd * math.sqrt(2), rel=1e-9)
 
 
 def test_the_published_data_holds_the_floor(tmp_path):

@@ -12,17 +12,18 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY, seed_ceilings
+from scipy import stats as scipy_stats
 
 from benchlib.cli import main
 from benchlib.env import manifest
 from benchlib.env.manifest import machine_name
-from benchlib.instruments.run_to_run import floor_pct
+from benchlib.instruments.run_to_run import floor_groups, floor_of, floor_pct, log_spread
 from benchlib.report.evidence.diff import diff, floor_lines, notes, regressions
-from benchlib.report.evidence.samples import SampleFiles
+from benchlib.report.evidence.inference import Spread, compare_runs
+from benchlib.report.evidence.samples import METRICS, SampleFiles
 from benchlib.report.evidence.stats import (
     CLAIMS,
     compare,
-    compare_runs,
     judge_single_runs,
     proportion_ratio,
     spread,
@@ -32,7 +33,7 @@ from benchlib.report.evidence.stats import (
 from benchlib.report.tables.comparisons import scaling_table, speedup_matrix, speedup_table
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings
-from benchlib.store.noise_floor import NoiseFloor, save_noise_floor
+from benchlib.store.noise_floor import NoiseFloor, load_noise_floors, save_noise_floor
 from benchlib.store.rows import read_results, read_samples
 
 
@@ -60,7 +61,8 @@ def test_same_only_when_the_whole_interval_lies_within_the_threshold(low, high, 
 def test_no_level_says_same_for_an_interval_outside_the_threshold():
     wide = compare(_noise(1.0, n=8, seed=1), _noise(1.0, n=8, seed=2), higher_is_better=False)
     runs = compare_runs(_runs(1.0, 0.15, 3, seed=1), _runs(1.0, 0.15, 3, seed=2), higher_is_better=False)
-    floor = judge_single_runs(wide, 20.0, same_process=False)
+    floor = compare_runs([_noise(1.0, n=8, seed=1)], [_noise(1.0, n=8, seed=2)], higher_is_better=False,
+                         floor=Spread(0.07, 8))
     steps = judge_single_runs(wide, math.nan, same_process=True)
     test_set = proportion_ratio(0.95, 128, 0.95, 128)
     for c in (wide, runs, floor, steps, test_set):
@@ -140,7 +142,7 @@ def test_runs_are_the_unit_steps_of_a_run_do_not_narrow_the_interval():
     assert (runs.ci_high - runs.ci_low) > 3 * (pooled.ci_high - pooled.ci_low)
     assert runs.verdict == "inconclusive", runs
     clear = compare_runs(_runs(1.0, 0.03, 4, seed=3), _runs(1.5, 0.03, 4, seed=4), higher_is_better=False)
-    assert clear.verdict == "faster" and clear.ci_low > 1.2 and clear.test == "mann-whitney"
+    assert clear.verdict == "faster" and clear.ci_low > 1.2 and clear.test == "welch-log"
 
 
 def test_identical_runs_in_fresh_processes_are_rarely_called_different():
@@ -171,15 +173,19 @@ def test_the_floor_is_the_prediction_bound_of_two_single_runs():
 
 
 def test_one_run_a_side_claims_only_beyond_the_floor():
+    """One run a side: the run figures with the noise floor's spread (t on logs, the floor's runs as degrees of
+    freedom); the steps alone would claim 10%."""
     fast, slow = _noise(1.0, seed=1), _noise(1.10, seed=2)
     steps = compare(fast, slow, higher_is_better=False)
-    assert steps.verdict == "faster"  # the steps alone would claim 10%
-    inside = judge_single_runs(steps, 20.0, same_process=False)
+    assert steps.verdict == "faster"
+    floor = Spread(0.07, 8)  # single runs on this machine differ by about 7% (sd of a run's log)
+    inside = compare_runs([fast], [slow], higher_is_better=False, floor=floor)
     assert inside.verdict == "inconclusive" and inside.level == "floor" and inside.ci_low < 1 < inside.ci_high
-    assert "±20%" in inside.note and "repeat each side 5 times" in inside.note
-    beyond = judge_single_runs(compare(fast, _noise(1.5, seed=2), higher_is_better=False), 20.0, same_process=False)
+    assert "holds both no change and changes beyond 2%" in inside.note and "repeat each side" in inside.note
+    beyond = compare_runs([fast], [_noise(1.5, seed=2)], higher_is_better=False, floor=floor)
     assert beyond.verdict == "faster" and beyond.level == "floor" and beyond.ci_low > 1.0
-    assert beyond.ci_low <= beyond.ratio / 1.2 + 1e-9  # the interval is at least the floor's band
+    assert beyond.ci_high / beyond.ci_low > math.exp(2 * 2.3 * 0.07 * math.sqrt(2)), "at least the floor's band"
+    assert beyond.ratio == pytest.approx(beyond.figure_b / beyond.figure_a), "the quotient of its figures"
     no_floor = judge_single_runs(steps, math.nan, same_process=False)
     assert no_floor.verdict == "inconclusive" and "benchlib calibrate" in no_floor.note
     one_process = judge_single_runs(steps, math.nan, same_process=True)
@@ -301,10 +307,15 @@ def test_identical_single_runs_in_fresh_processes_are_judged_only_against_the_fl
     assert any("no noise floor measured" in line for line in floor_lines(fresh / "a", fresh / "b"))
     with_floor = diff(fresh / "a_floor", fresh / "b_floor", metrics[:3])
     assert set(with_floor["level"]) == {"floor"}, with_floor
+    written = load_noise_floors([fresh / "a_floor"])
     for row in with_floor.to_dict("records"):
-        floor = float(re.search(r"±(\d+)%", row["test"]).group(1))
-        assert 25 <= floor <= 35, row  # the written floor (about 29%), as the band of this comparison
-        assert row["ci_high"] / row["ci_low"] >= (1 + floor / 100) ** 2 * 0.99, row
+        metric = METRICS[row["metric"]].floor
+        sd, df = log_spread(floor_groups(written, metric))
+        assert 25 <= floor_of(written, metric) <= 35 or metric != "train_step_s"  # the written floor, about 29%
+        assert row["test"] == "t-log, spread pooled with the noise floor" and row["family"] == 3, row
+        # one run a side: the interval is the floor's spread at 1 - 5%/3, no narrower
+        band = math.exp(2 * scipy_stats.t.ppf(1 - 0.05 / 6, df) * sd * math.sqrt(2))
+        assert row["ci_high"] / row["ci_low"] == pytest.approx(band, rel=1e-6), row
         beyond = row["ci_low"] > 1.0 or row["ci_high"] < 1.0
         assert (row["verdict"] in CLAIMS) == beyond, row
         assert (row["verdict"] == "inconclusive") == (not beyond), row
@@ -336,7 +347,8 @@ def _identical_sides(a, b) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = diff(a, b, ["train_samples_per_s", "train_step_s", "test_accuracy"])
     same = table[table["configuration"].str.startswith("cpu__squeezenet1_1")].set_index("metric")
     assert same.loc["train_samples_per_s", "level"] == "runs"  # four runs a side: run-to-run drift counts
-    assert same.loc["train_samples_per_s", "test"] == "mann-whitney"
+    assert same.loc["train_samples_per_s", "test"] == "welch-log"  # one t for interval and p (no floor here)
+    assert same.loc["train_samples_per_s", "family"] == len(table) - int(table["verdict"].isin(["only in B"]).sum())
     for metric in ("train_samples_per_s", "train_step_s"):
         row = same.loc[metric]
         assert row["verdict"] not in CLAIMS or row["p_value"] < 0.05, row  # a claim: every run of one side beyond
@@ -348,8 +360,8 @@ def _identical_sides(a, b) -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_two_runs_of_identical_settings_are_never_told_apart(folders, tmp_path):
     """Four runs a side, compared run by run: no claim, or the test's own chance one, which does not come back.
 
-    Four against four separate completely by chance 2 times in 70 (Mann-Whitney's smallest p, 0.029, is under
-    0.05), and then the ratio is whatever the machine's drift made it: this VM's step time moves between
+    A t interval at the table's Bonferroni level excludes 1 by chance in under 5% of tables, and then the ratio
+    is whatever the machine's drift made it: this VM's step time moves between
     about 17 and 34 ms within seconds in a bare loop (squeezenet, batch 16, 32 px), in plateaus that outlast
     a run, and in one CI run all four of A's runs fell on slow ones and all of B's on fast ones, 1.36x apart.
     So a claim here is the test's nominal false alarm or a real difference between the sides (a folder or

@@ -10,10 +10,10 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from benchlib.report.evidence import selection  # noqa: E402
-from benchlib.report.evidence.roofs import page_ceilings, placed  # noqa: E402
 from benchlib.report.figures import roofline as roofline_figures  # noqa: E402
 from benchlib.report.findings import key  # noqa: E402
 from benchlib.report.findings.work import roofline_sentences  # noqa: E402
+from benchlib.report.readback.roofs import page_ceilings, placed  # noqa: E402
 from benchlib.report.tables import summaries  # noqa: E402
 from benchlib.roofline.measured import Ceilings  # noqa: E402
 from benchlib.run.columns import roof_columns  # noqa: E402

@@ -69,9 +69,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
             payload["explain_missing"] = [line for x in explained for line in x.missing]
         print(json_text(payload))
     elif args.markdown:
-        print(f"**B = `{args.b}` against A = `{args.a}`**: ratio > 1 means B is better, with its 95% interval; "
-              f"`same` = the interval holds 1 or the change is under {args.threshold:g}%.\n")
-        for line in d.floor_lines(folders[0], folders[1]):
+        print(f"**B = `{args.b}` against A = `{args.a}`**: {d.legend(table, args.threshold / 100)}\n")
+        for line in d.floor_lines(folders[0], folders[1], table):
             print(f"- {line}")
         print()
         print(d.as_markdown(table))
@@ -84,12 +83,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
             missing = [f"- {line}" for x in explained for line in x.missing]
             print("\n".join([*missing, *([""] if missing else []), markdown(explained)]))
     else:
-        print(f"B = {args.b} against A = {args.a}: ratio > 1 means B is better (faster, smaller, more accurate), "
-              "with its 95% interval; level = what the verdict rests on: runs (two or more fresh processes a "
-              "side: runs resampled, then their steps; test on the runs' figures), floor (one run a side, judged "
-              "against the machine's measured run-to-run noise), steps (one process's steps), test set (accuracy "
-              f"of one training a side); same = interval holds 1 or the change is under {args.threshold:g}%")
-        for line in d.floor_lines(folders[0], folders[1]):
+        print(f"B = {args.b} against A = {args.a}: {d.legend(table, args.threshold / 100)}")
+        for line in d.floor_lines(folders[0], folders[1], table):
             print(line)
         print(d.as_text(table))
         for note in d.notes(table):
@@ -111,8 +106,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 EXPLAIN_NOTE = ("Each part is B less A (negative: B takes less time), with its 95% interval (runs resampled, then "
-                "steps) and its share of the whole; the parts are measured by the profiler and checked against the "
-                "plain steps' difference (their sum over it, judged within 0.9-1.1), never forced to it.")
+                "steps) and its share of the whole; the parts are timed layer by layer (module hooks on a CPU, the "
+                "profiler's kernels on a GPU) and checked against the plain steps' difference (their sum over it, "
+                "judged within 0.9-1.1), never forced to it.")
 
 
 def _explained(folders: list[Path], ignore: list[str], threshold: float) -> list[Any]:

@@ -39,13 +39,21 @@ def floor_pct(groups: Sequence[Iterable[float]], *, confidence: float = FLOOR_CO
     the stray run's weight. A ratio of two single runs beyond ``1 + floor_pct / 100`` (either way) is not
     run-to-run noise at the ``confidence`` level. NaN under two degrees of freedom.
     """
-    logs = [np.log(x) for x in (_positive(g) for g in groups) if x.size >= 2]
-    df = sum(x.size - 1 for x in logs)
+    spread_log, df = log_spread(groups)
     if df < 2:
         return math.nan
-    spread_log = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df)
     t = float(stats.t.ppf(0.5 + confidence / 2, df=df))
     return (math.exp(t * spread_log * math.sqrt(2)) - 1.0) * 100.0
+
+
+def log_spread(groups: Sequence[Iterable[float]]) -> tuple[float, int]:
+    """(the standard deviation of a run figure's log, its degrees of freedom), pooled over ``groups`` (one set of
+    run figures per setting, each about its own mean); (NaN, 0) with no group of two."""
+    logs = [np.log(x) for x in (_positive(g) for g in groups) if x.size >= 2]
+    df = sum(x.size - 1 for x in logs)
+    if df < 1:
+        return math.nan, 0
+    return math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df), df
 
 
 def bounds(floor: float) -> bool:
@@ -53,11 +61,16 @@ def bounds(floor: float) -> bool:
     return math.isfinite(floor) and floor < NO_BOUND_PCT
 
 
-def floor_of(floors: Iterable[NoiseFloor], metric: str) -> float:
-    """``floor_pct`` of ``metric`` from every thread count of the given floors (each calibration once, however
-    many folders hold a copy of it)."""
+def floor_groups(floors: Iterable[NoiseFloor], metric: str) -> list[tuple[float, ...]]:
+    """The run figures of ``metric`` per thread count of the given floors (each calibration once, however many
+    folders hold a copy of it)."""
     unique = list({(f.machine, f.device, f.measured_utc): f for f in floors}.values())
-    return floor_pct([v for f in unique for per in f.values.values() if (v := per.get(metric))])
+    return [tuple(v) for f in unique for per in f.values.values() if (v := per.get(metric))]
+
+
+def floor_of(floors: Iterable[NoiseFloor], metric: str) -> float:
+    """``floor_pct`` of ``metric`` from every thread count of the given floors."""
+    return floor_pct(floor_groups(floors, metric))
 
 
 def floor_pcts(floor: NoiseFloor) -> dict[str, float | None]:

@@ -112,7 +112,7 @@ def place_workload(peak_flops_per_s: Mapping[str, float], bandwidth_bytes_per_s:
                    train_flops_per_s: float | None, train_intensity: float | None,
                    infer_flops_per_s: float | None, infer_intensity: float | None) -> WorkloadPlacement:
     """Both points of a configuration under the roof of ``dtype``: the one placement behind a row's roof columns
-    as it is recorded and as a report shows it under the roof it draws (``report.evidence.roofs``)."""
+    as it is recorded and as a report shows it under the roof it draws (``report.readback.roofs``)."""
     return WorkloadPlacement(
         dtype, peak_flops_per_s.get(dtype), bandwidth_bytes_per_s,
         place_on_roof(train_flops_per_s, train_intensity, peak_flops_per_s, bandwidth_bytes_per_s, dtype),

@@ -20,7 +20,6 @@ from ...store.rows import key_of
 from ..evidence import rules as report_rules
 from ..evidence import selection
 from ..evidence.floors import noise_floor_sentences, noise_floor_table
-from ..evidence.roofs import page_ceilings
 from ..figures import charts, profile, style
 from ..figures import roofline as roofline_figures
 from ..figures.telemetry import telemetry_timeline
@@ -29,6 +28,7 @@ from ..findings.key import INTERVAL_NOTE
 from ..readback.layers import load_layer_reports
 from ..readback.manifests import manifest_table
 from ..readback.profiles import load_profiles
+from ..readback.roofs import page_ceilings
 from ..tables import comparisons, headline, summaries
 from ..words import fmt
 from . import show

@@ -28,17 +28,18 @@ from ...spec.settings import DIGEST_AND_SEED
 from ...store.layout import ResultsLayout
 from ...store.noise_floor import load_noise_floors
 from ...store.rows import read_results
+from ..words.sentences import ratio_interval
 from .floors import floor_sentence
 from .samples import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
 from .selection import column_median
-from .stats import PRACTICAL_THRESHOLD, WORSE
+from .stats import ALPHA, PRACTICAL_THRESHOLD, WORSE, verdict_rule
 
 DEFAULT_METRICS = ("train_samples_per_s", "train_step_s", "infer_samples_per_s", "latency_ms_p50",
                    "batch_latency_ms_p50", "peak_rss_bytes", "peak_cuda_allocated_bytes",
                    "train_energy_j_per_sample", "test_accuracy")
 COLUMNS = ("configuration", "metric", "a", "b", "ratio", "ci_low", "ci_high", "p_value", "verdict", "n_a", "n_b",
-           "runs_a", "runs_b", "level", "test", "note", "a_noisy", "b_noisy", "a_interfered", "b_interfered",
-           "a_drifted", "b_drifted")
+           "runs_a", "runs_b", "level", "test", "note", "mdc", "family", "reach", "a_noisy", "b_noisy",
+           "a_interfered", "b_interfered", "a_drifted", "b_drifted")
 GATED_LEVELS = frozenset({"runs", "floor"})  # what a regression gate trusts: never steps alone
 
 
@@ -100,25 +101,29 @@ def diff(a: Path, b: Path, metrics: Sequence[str] = DEFAULT_METRICS,
     if unknown:
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; allowed: {', '.join(METRICS)}")
     reader = SampleFiles()
-    out: list[dict[str, Any]] = []
+    planned: list[tuple[str, str, pd.DataFrame, pd.DataFrame, float, float]] = []
     for label, side_a, side_b in paired(a, b, ignore):
         for name in metrics:
-            metric = METRICS[name]
-            va, vb = column_median(side_a, metric.column), column_median(side_b, metric.column)
-            record: dict[str, Any] = {"configuration": label, "metric": name, "a": va, "b": vb,
-                                      "n_a": len(side_a), "n_b": len(side_b), "runs_a": len(side_a),
-                                      "runs_b": len(side_b)}
-            if side_a.empty or side_b.empty:
-                record["verdict"] = "only in B" if side_a.empty else "only in A"
-            elif math.isnan(va) and math.isnan(vb):
-                continue
-            else:
-                record.update(compare_rows(side_b, side_a, metric, reader, threshold=threshold).as_dict())
-            record.update(a_noisy=flagged(side_a, NOISE_FLAGS), b_noisy=flagged(side_b, NOISE_FLAGS),
-                          a_interfered=flagged(side_a, ("interfered",)), b_interfered=flagged(side_b, ("interfered",)),
-                          a_drifted=flagged(side_a, ("machine_drifted",)),
-                          b_drifted=flagged(side_b, ("machine_drifted",)))
-            out.append(record)
+            va, vb = column_median(side_a, METRICS[name].column), column_median(side_b, METRICS[name].column)
+            if side_a.empty or side_b.empty or not (math.isnan(va) and math.isnan(vb)):
+                planned.append((label, name, side_a, side_b, va, vb))
+    family = sum(1 for _, _, side_a, side_b, _, _ in planned if not side_a.empty and not side_b.empty)
+    out: list[dict[str, Any]] = []
+    for label, name, side_a, side_b, va, vb in planned:
+        record: dict[str, Any] = {"configuration": label, "metric": name, "a": va, "b": vb, "n_a": len(side_a),
+                                  "n_b": len(side_b), "runs_a": len(side_a), "runs_b": len(side_b)}
+        if side_a.empty or side_b.empty:
+            record["verdict"] = "only in B" if side_a.empty else "only in A"
+        else:
+            c = compare_rows(side_b, side_a, METRICS[name], reader, threshold=threshold, family=family)
+            record.update(c.as_dict())
+            record.update(reach=c.reach())
+            if math.isfinite(c.figure_a) and math.isfinite(c.figure_b):  # the figures its ratio is made of
+                record.update(a=c.figure_b, b=c.figure_a)
+        record.update(a_noisy=flagged(side_a, NOISE_FLAGS), b_noisy=flagged(side_b, NOISE_FLAGS),
+                      a_interfered=flagged(side_a, ("interfered",)), b_interfered=flagged(side_b, ("interfered",)),
+                      a_drifted=flagged(side_a, ("machine_drifted",)), b_drifted=flagged(side_b, ("machine_drifted",)))
+        out.append(record)
     return pd.DataFrame(out, columns=list(COLUMNS))
 
 
@@ -148,11 +153,31 @@ def regressions(table: pd.DataFrame, percent: float) -> pd.DataFrame:
     return table[bad].reset_index(drop=True)
 
 
-def floor_lines(a: Path, b: Path) -> list[str]:
-    """What each side's noise floor lets a single-run comparison claim, one line per machine and device."""
+def legend(table: pd.DataFrame, threshold: float = PRACTICAL_THRESHOLD) -> str:
+    """How to read a diff table, with the procedure and the table's own family size."""
+    family = int(pd.to_numeric(table.get("family", pd.Series(dtype=float)), errors="coerce").max()) \
+        if "family" in table and table["family"].notna().any() else 1
+    return (f"ratio > 1 means B is better (faster, smaller, more accurate). Each interval is Student's t on the "
+            f"logs of the runs' figures (a run: one fresh process; the spread pooled with the machine's noise floor "
+            f"where one is measured), at {1 - ALPHA / family:.2%} confidence: {family} comparison(s) in this table, "
+            f"Bonferroni, so identical sides make any claim in at most {ALPHA:.0%} of tables. Its p is the same t "
+            f"(adjusted). {verdict_rule(threshold)}. can tell = the smallest change each comparison catches 80% "
+            "of the time. "
+            "level = what the verdict rests on: runs (two or more a side), floor (one run a side, with the noise "
+            "floor's spread), steps (one process's steps), test set (accuracy of one training a side)")
+
+
+def floor_lines(a: Path, b: Path, table: pd.DataFrame | None = None) -> list[str]:
+    """What each side's noise floor lets a single-run comparison claim, one line per machine and device; a side
+    without one is named only where the table has a comparison of one run a side."""
+    single = table is None or table.empty or bool(
+        (pd.to_numeric(table["runs_a"], errors="coerce").lt(2) | pd.to_numeric(table["runs_b"], errors="coerce").lt(2))
+        .any())
     lines = []
     for side, folder in (("A", a), ("B", b)):
         floors = load_noise_floors(results_folders(folder))
+        if not floors and not single:
+            continue
         if not floors:
             lines.append(f"{side}: no noise floor measured, so comparisons of one run a side are inconclusive "
                          f"(`benchlib calibrate --results-dir {folder}` measures it, about two minutes)")
@@ -191,7 +216,8 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
         "configuration": table["configuration"], "metric": table["metric"],
         "a": table["a"].map(_short), "b": table["b"].map(_short),
         "B vs A": [_interval(r) for r in table.to_dict("records")], "p": table["p_value"].map(_p),
-        "verdict": table["verdict"], "runs": [f"{a}/{b}" for a, b in zip(table["runs_a"], table["runs_b"])],
+        "verdict": table["verdict"], "can tell": table.get("mdc", pd.Series(math.nan, index=table.index)).map(_mdc),
+        "runs": [f"{a}/{b}" for a, b in zip(table["runs_a"], table["runs_b"])],
         "level": table["level"].fillna(""),
         "flags": [_flags(r) for r in table.to_dict("records")],
     })
@@ -209,13 +235,18 @@ def _p(value: Any) -> str:
     return "–" if math.isnan(v) else f"{v:.3g}"
 
 
+def _mdc(value: Any) -> str:
+    v = float(value) if value is not None else math.nan
+    return "–" if math.isnan(v) else f"≥{v:.0%}"
+
+
 def _interval(r: dict[str, Any]) -> str:
     value = r.get("ratio")
     ratio = math.nan if value is None else float(value)
     if math.isnan(ratio):
         return "–"
     low, high = float(r["ci_low"]), float(r["ci_high"])
-    return f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{ratio:.3f}x [no interval]"
+    return ratio_interval(ratio, low, high, 3) if not math.isnan(low) else f"{ratio:.3f}x [no interval]"
 
 
 def _flags(r: dict[str, Any]) -> str:

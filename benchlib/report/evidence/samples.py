@@ -20,16 +20,17 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from ...instruments.run_to_run import floor_of
+from ...instruments.run_to_run import bounds, floor_groups, floor_of, log_spread
 from ...store.noise_floor import NoiseFloor, load_noise_floors
 from ...store.rows import flag_mask, read_samples
 from ...store.schema import BATCHES_PER_THROUGHPUT_REPEAT, finite_float
+from .inference import Spread, compare_runs
 from .stats import (
+    ALPHA,
     NO_DATA,
     PRACTICAL_THRESHOLD,
     Comparison,
     compare,
-    compare_runs,
     judge_single_runs,
     proportion_ratio,
 )
@@ -167,6 +168,16 @@ def noise_floor_pct(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, read
     return floor_of([*fa, *fb], m.floor) if fa and fb and m.floor else math.nan
 
 
+def floor_spread(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, reader: SampleReader) -> Spread | None:
+    """The run-to-run spread this machine's noise floor measured for ``metric``'s kind of figure, where both
+    sides' machines have a floor that bounds (not one calibrated on a busy host); else None."""
+    fa, fb = _floors(a, reader), _floors(b, reader)
+    if not (fa and fb and metric.floor) or not bounds(floor_of([*fa, *fb], metric.floor)):
+        return None
+    sd, df = log_spread(floor_groups([*fa, *fb], metric.floor))
+    return Spread(sd, df) if df >= 1 else None
+
+
 def one_process(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Whether every row of both sides was measured in one and the same process."""
     if "process_uid" not in a or "process_uid" not in b:
@@ -197,23 +208,25 @@ MIN_RUNS = 2  # runs a side from which the runs, not the steps, are what is resa
 
 
 def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader: SampleReader, *,
-                 threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
+                 threshold: float = PRACTICAL_THRESHOLD, family: int = 1) -> Comparison:
     """Side ``a`` against side ``b`` on one metric (ratio > 1: ``a`` is better), at the level the rows allow.
 
-    A run is a process: seeds measured in one process are one run. Two or more runs a side: runs first,
-    then the samples inside each (``stats.compare_runs``). One run on a side: test accuracy is judged on
-    the test set's size; other metrics on their steps and this machine's noise floor
-    (``stats.judge_single_runs``): a difference smaller than two single runs of identical settings may show
-    by noise alone is not claimed.
+    A run is a process: seeds measured in one process are one run. Two or more runs a side, or any runs
+    where this machine's noise floor measured the metric's spread: the runs' figures (``inference``, the
+    floor's runs pooled into the spread). Otherwise, one run on a side: test accuracy is judged on the test
+    set's size; other metrics on their steps (``stats.judge_single_runs``), which claim nothing across
+    processes. ``family``: the comparisons of the table this one is part of (each interval at
+    ``1 - ALPHA / family``).
     """
     m = METRICS[metric] if isinstance(metric, str) else metric
     for side, rows in (("A", a), ("B", b)):
         if (why := refused(rows, m.column)) is not None:  # the row itself published no figure: no ratio either
             return dataclasses.replace(NO_DATA, note=f"side {side}'s {m.column} was refused by its own row ({why})")
     runs_a, runs_b = run_samples(a, m, reader), run_samples(b, m, reader)
-    if len(runs_a) >= MIN_RUNS and len(runs_b) >= MIN_RUNS:
-        return compare_runs(runs_a, runs_b, higher_is_better=m.higher_is_better, timing=m.timing,
-                            threshold=threshold)
+    spread = floor_spread(a, b, m, reader)
+    if (len(runs_a) >= MIN_RUNS and len(runs_b) >= MIN_RUNS) or (spread is not None and runs_a and runs_b):
+        return compare_runs(runs_a, runs_b, higher_is_better=m.higher_is_better, timing=m.timing, floor=spread,
+                            family=family, threshold=threshold)
     if m.column == "test_accuracy":
         judged = _accuracy(a, b, threshold)
         if judged is not None:
@@ -223,7 +236,7 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
         return np.concatenate(runs) if runs else np.asarray([], dtype=float)
 
     steps = compare(pool(runs_a), pool(runs_b), higher_is_better=m.higher_is_better, timing=m.timing,
-                    threshold=threshold)
+                    threshold=threshold, confidence=1 - ALPHA / max(1, family))
     steps = dataclasses.replace(steps, runs_a=len(runs_a), runs_b=len(runs_b))
     return judge_single_runs(steps, noise_floor_pct(a, b, m, reader), same_process=one_process(a, b),
                              timing=m.timing, threshold=threshold)

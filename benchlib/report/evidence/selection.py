@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...spec.settings import SEED_SUFFIX
 from ...store.rows import read_checked
-from .roofs import page_ceilings, placed
+from ..readback.roofs import page_ceilings, placed
 
 
 def load(results_dirs: Iterable[str]) -> pd.DataFrame:

@@ -38,7 +38,8 @@ import numpy as np
 from scipy import stats
 
 from ...instruments.run_to_run import bounds
-from .floors import apart_text, floor_text
+from ..words.sentences import detectable, ratio_interval, undecided
+from .floors import apart_text
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -49,10 +50,17 @@ SEED = 0
 WORSE = frozenset({"slower", "worse"})
 CLAIMS = frozenset({"faster", "slower", "better", "worse"})
 # The verdict rule in words, for every page and command that prints a verdict: one sentence, one threshold.
-VERDICT_RULE = (f"faster/slower when the interval excludes 1 and the change is at least {PRACTICAL_THRESHOLD:.0%}; "
-                f"same when the whole interval lies within {PRACTICAL_THRESHOLD:.0%} of 1; inconclusive otherwise "
-                "(the interval leaves both possible); unknown with one sample a side")
+def verdict_rule(threshold: float = PRACTICAL_THRESHOLD) -> str:
+    """The verdict rule in words (``verdict_of``): what every legend and headline follows."""
+    return (f"faster/slower when the interval excludes 1 and the change is at least {threshold:.0%}; same when the "
+            f"whole interval lies within {threshold:.0%} of 1; inconclusive otherwise (the interval holds both no "
+            f"change and a change of {threshold:.0%} or more, or excludes 1 but may hold a change under "
+            f"{threshold:.0%}); unknown with one sample a side")
+
+
+VERDICT_RULE = verdict_rule()
 SETTLE_REPEATS = 5  # what a "repeat each side N times" hint asks for
+TARGET_CHANGE = 0.05  # the change "N runs a side would tell" is said for
 
 
 @dataclass(frozen=True)
@@ -71,15 +79,25 @@ class Comparison:
     runs_a: int = 1  # fresh processes (rows) behind each side
     runs_b: int = 1
     note: str = ""  # why a verdict is inconclusive and what would settle it
+    mdc: float = math.nan  # the smallest change (a fraction) this comparison catches 80% of the time
+    family: int = 1  # comparisons in its table: its interval is at 1 - ALPHA / family (Bonferroni)
+    figure_a: float = math.nan  # the sides' figures the ratio is the quotient of (geometric means of runs)
+    figure_b: float = math.nan
+    runs_for_target: int | None = None  # runs a side that would tell TARGET_CHANGE at this spread
+
+    def reach(self) -> str:
+        """What this comparison can tell: ``with 3 runs a side, changes under 7% cannot be told here; 8 runs a
+        side would tell 5%`` (empty where no spread was measured)."""
+        return detectable(self.mdc, self.runs_a, self.runs_b, TARGET_CHANGE, self.runs_for_target)
 
     def text(self) -> str:
         """``1.23x [1.10, 1.35] faster (runs)``: the ratio, its interval, the verdict and its level, for tables."""
         if not math.isfinite(self.ratio):
             return "–"
-        interval = (f" [{self.ci_low:.2f}, {self.ci_high:.2f}]" if math.isfinite(self.ci_low)
-                    else f" [n={min(self.n_a, self.n_b)}: no interval]")
+        shown = (ratio_interval(self.ratio, self.ci_low, self.ci_high) if math.isfinite(self.ci_low)
+                 else f"{self.ratio:.2f}x [n={min(self.n_a, self.n_b)}: no interval]")
         level = f" ({self.level})" if self.level and self.verdict != "unknown" else ""
-        return f"{self.ratio:.2f}x{interval} {self.verdict}{level}"
+        return f"{shown} {self.verdict}{level}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,9 +145,8 @@ def verdict_of(ratio: float, ci_low: float, ci_high: float, *, p_value: float = 
 
 
 def undecided_note(ci_low: float, ci_high: float, threshold: float = PRACTICAL_THRESHOLD) -> str:
-    """Why an ``inconclusive`` verdict is one: what its interval leaves possible."""
-    return (f"the interval [{ci_low:.2f}, {ci_high:.2f}] holds both no change and changes beyond "
-            f"{threshold:.0%}; {repeat_hint()}")
+    """Why an ``inconclusive`` verdict is one: what its interval leaves possible (``words.sentences``)."""
+    return f"{undecided(ci_low, ci_high, threshold)}; {repeat_hint()}"
 
 
 def exact_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str] | None:
@@ -179,7 +196,8 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
     words = ("faster", "slower") if timing else ("better", "worse")
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
     note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
-    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note)
+    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note,
+                      figure_a=float(np.median(xa)), figure_b=float(np.median(xb)))
 
 
 def _run_medians(run: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
@@ -204,63 +222,21 @@ def hierarchical_medians(runs: Sequence[np.ndarray], *, resamples: int = RESAMPL
     return np.asarray(np.median(per_run[pick, np.arange(resamples)[:, None]], axis=1))
 
 
-def compare_runs(runs_a: Sequence[Sequence[float] | np.ndarray], runs_b: Sequence[Sequence[float] | np.ndarray], *,
-                 higher_is_better: bool, timing: bool = True, confidence: float = CONFIDENCE,
-                 threshold: float = PRACTICAL_THRESHOLD, seed: int = SEED) -> Comparison:
-    """Side ``a`` against side ``b`` where each side is a list of runs (each run: its raw samples, or one figure).
-
-    Two or more runs a side: the hierarchical bootstrap interval of the ratio of the sides' figures and a
-    test on the runs' figures (``level="runs"``). ``ratio`` > 1 means ``a`` is better, as in ``compare``.
-    """
-    ra = [x for x in (_clean(r) for r in runs_a) if x.size]
-    rb = [x for x in (_clean(r) for r in runs_b) if x.size]
-    fig_a = np.asarray([np.median(r) for r in ra])
-    fig_b = np.asarray([np.median(r) for r in rb])
-    first, second = (fig_a, fig_b) if higher_is_better else (fig_b, fig_a)
-    base = Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", len(ra), len(rb), level="runs",
-                      runs_a=len(ra), runs_b=len(rb))
-    if len(ra) < 2 or len(rb) < 2 or np.median(second) <= 0 or np.median(first) < 0:
-        return base
-    ratio = float(np.median(first) / np.median(second))
-    exact = exact_test(fig_a, fig_b)
-    if exact is not None and all(np.ptp(r) == 0 for r in ra + rb):
-        low = high = ratio
-        p_value, test = exact
-    else:
-        rng = np.random.default_rng(seed)
-        boot_a, boot_b = hierarchical_medians(ra, rng=rng), hierarchical_medians(rb, rng=rng)
-        top, bottom = (boot_a, boot_b) if higher_is_better else (boot_b, boot_a)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dist = top / bottom
-        dist = dist[np.isfinite(dist)]
-        tail = (1 - confidence) / 2 * 100
-        low, high = (float(np.percentile(dist, tail)), float(np.percentile(dist, 100 - tail))) if dist.size else (
-            math.nan, math.nan)
-        p_value, test = exact or difference_test(fig_a, fig_b)
-    words = ("faster", "slower") if timing else ("better", "worse")
-    verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
-    note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
-    return dataclasses.replace(base, ratio=ratio, ci_low=low, ci_high=high, p_value=p_value, verdict=verdict,
-                               test=test, note=note)
-
-
 def repeat_hint(runs: int = SETTLE_REPEATS) -> str:
     return f"repeat each side {runs} times (`repeats: {runs}` in the study, `--repeats {runs}`)"
 
 
 def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, timing: bool = True,
                       threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
-    """The verdict of a comparison with one run on a side, from its steps' comparison and the noise floor.
+    """The verdict of a comparison with one run on a side and no noise floor that bounds it, from its steps.
 
-    ``floor`` is how far (in %) two single runs of identical settings may differ on this machine (NaN when
-    not measured). With a floor, the interval is the steps' widened to at least ``ratio / (1 + floor)`` ..
-    ``ratio * (1 + floor)`` and a difference is claimed only beyond it (``level="floor"``). Without one,
-    rows of one process keep the steps' verdict (``level="steps"``); rows of different processes are
-    ``inconclusive``.
+    ``floor`` is how far (in %) two single runs of identical settings may differ on this machine: NaN when not
+    measured, or a floor that bounds nothing (a calibration on a busy host). A floor that bounds is pooled
+    into the runs' own inference instead (``inference.compare_runs``, level ``floor``). Rows of one process keep
+    the steps' verdict (``level="steps"``); rows of different processes are ``inconclusive``.
     """
     if not math.isfinite(steps.ratio) or steps.verdict == "unknown" and not math.isfinite(floor):
         return steps
-    words = ("faster", "slower") if timing else ("better", "worse")
     if math.isfinite(floor) and not bounds(floor):  # a calibration on a busy host: no bound, so no floor
         why = (f"this machine's noise floor bounds nothing (identical runs may differ {apart_text(floor)}: "
                "calibrated on a busy host)")
@@ -269,18 +245,6 @@ def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, ti
         return dataclasses.replace(steps, verdict="inconclusive" if steps.verdict != "unknown" else "unknown",
                                    level="steps", note=f"1 run a side in different processes and {why}: run "
                                                        f"`benchlib calibrate` on a quiet machine or {repeat_hint()}")
-    if math.isfinite(floor):
-        band = 1.0 + floor / 100.0
-        lows = [x for x in (steps.ci_low, steps.ratio / band) if math.isfinite(x)]
-        highs = [x for x in (steps.ci_high, steps.ratio * band) if math.isfinite(x)]
-        low, high = min(lows), max(highs)
-        verdict = verdict_of(steps.ratio, low, high, threshold=threshold, words=words)
-        note = ""
-        if verdict == "inconclusive":
-            note = (f"{min(steps.runs_a, steps.runs_b)} run a side; single runs on this machine differ by up to "
-                    f"±{floor_text(floor)} (its noise floor); {repeat_hint()}")
-        return dataclasses.replace(steps, ci_low=low, ci_high=high, p_value=math.nan, verdict=verdict,
-                                   level="floor", test=f"floor ±{floor_text(floor)}", note=note)
     if same_process:
         note = "steps of one process (interleaved): the comparison leaves out the machine's run-to-run noise"
         if steps.verdict == "inconclusive":

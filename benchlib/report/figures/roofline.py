@@ -17,8 +17,8 @@ import seaborn as sns
 from ...roofline.datasheet import datasheet_for
 from ...roofline.measured import Ceilings
 from ...store.atomic import safe_name
-from ..evidence.roofs import ceilings_device
 from ..evidence.selection import BASELINE_VARIANTS, device_label, ok_rows
+from ..readback.roofs import ceilings_device
 from ..words import fmt
 from .style import OKABE_ITO, batch_axis, legend_outside, palette, save
 

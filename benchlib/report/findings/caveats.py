@@ -16,6 +16,7 @@ from ...store.rows import flag_mask
 from ...store.schema import finite_float
 from ..evidence.samples import NOISE_FLAGS
 from ..evidence.selection import config_key, device_label, ok_rows
+from ..evidence.stats import SETTLE_REPEATS
 
 MAX_NAMED = 6  # failures and flagged rows named one by one before "and N more"
 MAX_REASON = 160  # characters of a failure's error kept in its sentence (the failures table has all of it)
@@ -123,8 +124,8 @@ def warnings(df: pd.DataFrame) -> list[str]:
         n = int(noisy_mask.sum())
         configs = config_key(good["run_id"])
         runs = int(configs.value_counts()[configs[noisy_mask].unique()].min())  # the fewest a noisy one's had
-        more = ("`repeats: 3`" if runs < 3 else f"more repeats than {runs} (an interval narrows as the square root "
-                "of the runs)")
+        more = (f"`repeats: {SETTLE_REPEATS}`" if runs < SETTLE_REPEATS else f"more repeats than {runs} (an interval "
+                "narrows as the square root of the runs)")
         out.append(f"{n} of {len(good)} rows {'is' if n == 1 else 'are'} noisy (IQR/median over "
                    f"{NOISY_IQR_OVER_MEDIAN:.0%} in their step "
                    f"times, latencies or throughput repeats): {_named(good[noisy_mask])}. Their intervals are wide; "

@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..evidence.samples import SampleFiles, SampleReader, compare_rows
+from ..evidence.samples import METRICS, SampleFiles, SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, config_key, device_label
 from ..evidence.stats import PRACTICAL_THRESHOLD, Comparison, inverted, within_threshold
 from ..tables.comparisons import scaling_table, variant_speedups
 from ..words import fmt
+from ..words.sentences import ratio_interval
 from .caveats import measured_rows
 
 
@@ -32,8 +33,7 @@ def _throughput(value: float) -> str:
 
 def _where(rows: pd.DataFrame) -> str:
     """'cpu, bs64': where a configuration ran."""
-    first = rows.iloc[0]
-    return f"{first['device']}, bs{int(first['batch_size'])}"
+    return f"{rows['device'].iloc[0]}, bs{int(rows['batch_size'].iloc[0])}"
 
 
 def _baseline(good: pd.DataFrame) -> pd.DataFrame:
@@ -72,23 +72,22 @@ def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparis
     ``words``: the superlative a claim makes and the equal a ``same`` says). The one place a comparison
     becomes words: a claim only where the verdict is one.
 
-    faster: 'resnet18 trains fastest on cpu: A, 2.00x [1.96, 2.04] faster (runs) than mobilenet_v2 (B).'
-    same: 'resnet18 and mobilenet_v2 train as fast on cpu within noise: A against B, 1.01x [0.99, 1.02] (runs).'
-    inconclusive: 'resnet18 and mobilenet_v2 are not told apart on cpu: A against B, 1.08x [0.80, 1.45] (floor);
-    one run a side ...'
+    faster: 'resnet18 trains fastest on cpu: A, 2.00x [1.96, 2.04] faster (runs) than mobilenet_v2 (B) (with 3...).'
+    inconclusive: 'resnet18 against mobilenet_v2 on cpu is inconclusive: A against B, 1.08x [0.80, 1.45] (floor); ...'
     """
     level = f" ({c.level})" if c.level else ""
-    ratio = fmt.ratio_text(c.ratio, c.ci_low, c.ci_high)
+    ratio = ratio_interval(c.ratio, c.ci_low, c.ci_high)
     if c.verdict in ("same", "inconclusive"):
         ratio += level
+    reach = f" ({c.reach()})" if c.reach() else ""  # what its run count can tell, said beside every verdict
     if c.verdict == "same":
-        return f"{best} and {other} {verb[1]} {words[1]}{where} within noise: {mine} against {theirs}, {ratio}."
+        return f"{best} and {other} {verb[1]} {words[1]}{where} within noise: {mine} against {theirs}, {ratio}{reach}."
     if c.verdict == "inconclusive":
-        return f"{best} and {other} are not told apart{where}: {mine} against {theirs}, {ratio}; {c.note}."
+        return f"{best} against {other}{where} is inconclusive: {mine} against {theirs}, {ratio}; {c.note}{reach}."
     if c.verdict == "unknown":
         why = c.note or "one sample a side, so no interval or verdict"
         return f"{best} against {other}{where}: {mine} against {theirs}, {ratio}; {why}."
-    return f"{best} {verb[0]} {words[0]}{where}: {mine}, {ratio} {c.verdict}{level} than {other} ({theirs})."
+    return f"{best} {verb[0]} {words[0]}{where}: {mine}, {ratio} {c.verdict}{level} than {other} ({theirs}){reach}."
 
 
 _RATIO = re.compile(r"(\d+(?:\.\d+)?)x \[(\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\]")
@@ -128,6 +127,8 @@ def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader,
     if np.isfinite(c.ratio) and c.ratio < 1:
         a, b = b, a
         c = compare_rows(a, b, metric, reader)
+    if np.isfinite(c.figure_a) and np.isfinite(c.figure_b):  # show the figures the ratio is the quotient of
+        a, b = a.assign(**{METRICS[metric].column: c.figure_a}), b.assign(**{METRICS[metric].column: c.figure_b})
     return _claim(name(a), name(b), verb, where, c, value(a), value(b), words)
 
 
@@ -231,7 +232,7 @@ def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str
                 f"{where}: every variant {verb[0]} slower{lvl} than {baseline}; the closest, {best['variant']}, "
                 f"{ratio}{acc}.")
     if verdict == "inconclusive":
-        return (f"{where}: {best['variant']} {verb[0]} at {ratio}{lvl} against {baseline}, not told apart from it: "
+        return (f"{where}: {best['variant']} {verb[0]} at {ratio}{lvl} against {baseline}, inconclusive: "
                 f"{best.get(f'{label}_note') or 'one run a side'}{acc}.")
     return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} {baseline}'s (no interval){acc}."
 

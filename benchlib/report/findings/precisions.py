@@ -71,7 +71,7 @@ def precision_sentences(df: pd.DataFrame, reader: SampleReader | None = None) ->
             lines.append(f"{where}: bf16 and fp16 train as fast within noise, {ratio}{level}.")
             continue
         else:
-            lines.append(f"{where}: bf16 against fp16, {ratio}{level}: not told apart ({c.note or c.verdict}).")
+            lines.append(f"{where}: bf16 against fp16, {ratio}{level}: {c.verdict} ({c.note or c.verdict}).")
             continue
         found = explain_sides(where, fp16, bf16, reader=reader).training
         if found is not None and found.explained:

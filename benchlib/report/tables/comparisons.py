@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..evidence.samples import SampleFiles, SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, device_label, ok_rows
+from ..evidence.stats import Comparison
 
 SPEEDUP_COLUMNS = ["model", "batch_size", "device_a", "device_b", "speedup", "ci_low", "ci_high", "p_value", "verdict",
                    "level", "speedup_text"]
@@ -31,19 +32,27 @@ def speedup_table(df: pd.DataFrame, metric: str = "train_samples_per_s",
         return pd.DataFrame(columns=columns)
     reader = reader or SampleFiles()
     good["device"] = device_label(good)
-    out = []
+    planned = []
     for (model, batch), grp in good.groupby(["model", "batch_size"]):
         sides = {d: rows for d, rows in grp.groupby("device")}
         for a, b in itertools.permutations(sorted(sides), 2):
-            va = column_median(sides[a], metric)
-            vb = column_median(sides[b], metric)
-            if not (np.isfinite(va) and np.isfinite(vb)) or va <= 0 or vb <= 0:
-                continue
-            c = compare_rows(sides[a], sides[b], metric, reader)
-            out.append({"model": model, "batch_size": batch, "device_a": a, "device_b": b, metric + "_a": va,
-                        metric + "_b": vb, "speedup": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
-                        "p_value": c.p_value, "verdict": c.verdict, "level": c.level, "speedup_text": c.text()})
+            va, vb = column_median(sides[a], metric), column_median(sides[b], metric)
+            if np.isfinite(va) and np.isfinite(vb) and va > 0 and vb > 0:
+                planned.append((model, batch, a, b, sides[a], sides[b], va, vb))
+    family = max(1, len(planned) // 2)  # A against B and B against A are one comparison
+    out = []
+    for model, batch, a, b, rows_a, rows_b, va, vb in planned:
+        c = compare_rows(rows_a, rows_b, metric, reader, family=family)
+        va, vb = _figures(c, va, vb)
+        out.append({"model": model, "batch_size": batch, "device_a": a, "device_b": b, metric + "_a": va,
+                    metric + "_b": vb, "speedup": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
+                    "p_value": c.p_value, "verdict": c.verdict, "level": c.level, "speedup_text": c.text()})
     return pd.DataFrame(out, columns=columns)
+
+
+def _figures(c: Comparison, a: float, b: float) -> tuple[float, float]:
+    """The figures a comparison's ratio is the quotient of, where it has them; else the rows' medians."""
+    return (c.figure_a, c.figure_b) if np.isfinite(c.figure_a) and np.isfinite(c.figure_b) else (a, b)
 
 
 def speedup_matrix(df: pd.DataFrame, metric: str = "train_samples_per_s",
@@ -67,15 +76,17 @@ def scaling_table(df: pd.DataFrame, knob: str, reader: SampleReader | None = Non
     if good.empty or knob not in good or good[knob].nunique() < 2:
         return pd.DataFrame()
     reader = reader or SampleFiles()
+    groups = list(good.groupby(["machine", "hardware", "model", "batch_size"]))
+    family = max(1, sum(grp[knob].nunique() - 1 for _, grp in groups))
     out = []
-    for keys, grp in good.groupby(["machine", "hardware", "model", "batch_size"]):
+    for keys, grp in groups:
         by_value = {n: rows for n, rows in sorted(grp.groupby(knob), key=lambda item: item[0])}
         base_n = next(iter(by_value))
         base_rows = by_value[base_n]
-        base = column_median(base_rows, "train_samples_per_s")
         for n, rows in by_value.items():
-            v = column_median(rows, "train_samples_per_s")
-            c = compare_rows(rows, base_rows, "train_samples_per_s", reader)
+            c = compare_rows(rows, base_rows, "train_samples_per_s", reader, family=family)
+            v, base = _figures(c, column_median(rows, "train_samples_per_s"),
+                               column_median(base_rows, "train_samples_per_s"))
             ratio = n / base_n if base_n else np.nan
             out.append({"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3], knob: n,
                         "train_samples_per_s": v, "speedup": v / base, "ci_low": c.ci_low, "ci_high": c.ci_high,
@@ -105,8 +116,10 @@ def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd
     if good.empty or good["variant"].nunique() < 2:
         return pd.DataFrame()
     reader = reader or SampleFiles()
+    groups = list(good.groupby(["machine", "hardware", "model", "batch_size"]))
+    family = max(1, len(VARIANT_RATIOS) * sum(grp["variant"].nunique() - 1 for _, grp in groups))
     out = []
-    for keys, grp in good.groupby(["machine", "hardware", "model", "batch_size"]):
+    for keys, grp in groups:
         base_rows = grp[grp["variant"].isin(BASELINE_VARIANTS)]
         if base_rows.empty:
             continue
@@ -120,7 +133,7 @@ def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd
                     rec.update({column: 1.0, f"{label}_verdict": "baseline", f"{label}_level": "",
                                 f"{label}_note": "", label: "baseline"})
                     continue
-                c = compare_rows(rows, base_rows, metric, reader)
+                c = compare_rows(rows, base_rows, metric, reader, family=family)
                 rec[column] = c.ratio
                 rec[f"{label}_verdict"] = c.verdict
                 rec[f"{label}_level"] = c.level
