@@ -28,6 +28,46 @@ def test_repeats_are_a_count_auto_or_a_budget_and_nothing_else():
             parse_repeats(bad, "f.yaml")
 
 
+def test_auto_takes_a_target_change_in_percent_or_with_a_percent_sign():
+    assert parse_repeats({"target_change": "5%"}, "f")[1] == AutoRepeats(target_change_pct=5.0)
+    assert parse_repeats({"target_change": 8, "max_runs": 6}, "f") == (6, AutoRepeats(max_runs=6,
+                                                                                      target_change_pct=8.0))
+    assert "can tell a 5% change" in AutoRepeats(target_change_pct=5.0).describe()
+    for bad in ({"target_change": "five"}, {"target_change": 1}, {"target_change": "1%"}):
+        with pytest.raises(ConfigError, match="target_change"):
+            parse_repeats(bad, "f.yaml")
+
+
+def test_auto_with_a_target_change_stops_when_every_comparison_can_tell_it_or_says_it_did_not(monkeypatch):
+    tells = iter([14.0, 9.0, 4.5])
+    monkeypatch.setattr(rounds, "measured_precision",
+                        lambda *_: Precision(1.0, "x", 2, {}, next(tells), "b vs a"))
+    keeper = rounds.RoundKeeper(AutoRepeats(target_change_pct=5.0), 10)
+    assert _count(keeper) == 4 and "target reached: every comparison can tell a 5% change" in keeper.stopped
+    assert keeper.record()["can_tell_pct"] == 4.5 and keeper.record()["target_change_pct"] == 5.0
+    tells = iter([14.0, 9.0, 8.0])
+    short = rounds.RoundKeeper(AutoRepeats(max_runs=3, target_change_pct=5.0), 3)
+    assert _count(short) == 3
+    assert "budget of 3 runs was spent; target not reached: the least sure comparison can tell 9.0%, not 5%" \
+        in short.stopped
+
+
+def test_the_precision_says_what_each_comparison_can_tell():
+    rng = np.random.default_rng(1)
+
+    class Reader(SampleFiles):
+        def __call__(self, row):
+            return pd.DataFrame({"series": "train_step_s", "value": [row["_step"]] * 5})
+
+    rows = pd.DataFrame([{"run_id": f"cpu__r__bs64__{v}__seed{r}", "status": "ok", "machine": "m", "hardware": "cpu",
+                          "model": "r", "batch_size": 64, "process_uid": f"p{v}{r}", "train_samples_per_s": 640.0,
+                          "_step": s * math.exp(rng.normal(0, 0.03))}
+                         for v, s in (("a", 0.1), ("b", 0.08)) for r in range(4)])
+    p = study_precision(rows, Reader())
+    assert set(p.per_item) == {"cpu__r__bs64__a", "cpu__r__bs64__b", "cpu__r__bs64__b vs cpu__r__bs64__a"}
+    assert 2.0 <= p.can_tell_pct < 50 and p.can_tell_worst in p.per_item
+
+
 def _keeper(monkeypatch, widths: list[float], auto: AutoRepeats | None, rounds_max: int):
     seen = iter(widths)
     monkeypatch.setattr(rounds, "measured_precision",

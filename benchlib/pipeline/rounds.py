@@ -37,29 +37,47 @@ class RoundKeeper:
         if self.done >= self.rounds:
             if self.auto is not None:
                 self.precision = measured_precision(results, study, machine)
-                self.stopped = f"the budget of {self.rounds} runs was spent"
+                self.stopped = f"the budget of {self.rounds} runs was spent" + self._short()
             return False
         if self.auto is None or self.done < 2:
             return True
         self.precision = measured_precision(results, study, machine)
         elapsed_min = (time.perf_counter() - self.t0) / 60
         per_round = elapsed_min / self.done
-        if math.isfinite(self.precision.worst_pct) and self.precision.worst_pct <= self.auto.until_pct:
+        target = self.auto.target_change_pct
+        if target is not None and math.isfinite(self.precision.can_tell_pct) and self.precision.can_tell_pct <= target:
+            self.stopped = (f"target reached: every comparison can tell a {target:g}% change (the least sure, "
+                            f"{self.precision.can_tell_worst}, {self.precision.can_tell_pct:.1f}%) after {self.done} "
+                            "runs")
+            return False
+        if target is None and math.isfinite(self.precision.worst_pct) and self.precision.worst_pct <= \
+                self.auto.until_pct:
             self.stopped = (f"every figure and ratio within ±{self.precision.worst_pct:.1f}% "
                             f"(target ±{self.auto.until_pct:g}%) after {self.done} runs")
             return False
         if elapsed_min + per_round > self.auto.max_minutes:
             self.stopped = (f"the budget of {self.auto.max_minutes:g} min would be spent by another round "
-                            f"({elapsed_min:.1f} min so far, {per_round:.1f} min a round)")
+                            f"({elapsed_min:.1f} min so far, {per_round:.1f} min a round)" + self._short())
             return False
         return True
+
+    def _short(self) -> str:
+        """What the target still lacked when the budget stopped it."""
+        p, target = self.precision, self.auto.target_change_pct if self.auto else None
+        if target is None or p is None:
+            return ""
+        said = f"{p.can_tell_pct:.1f}%" if math.isfinite(p.can_tell_pct) else "unknown (fewer than 2 runs)"
+        return f"; target not reached: the least sure comparison can tell {said}, not {target:g}%"
 
     def record(self) -> dict[str, Any]:
         """What ``run_rules.json`` keeps of the rounds."""
         out: dict[str, Any] = {"rounds_run": self.done, "each_round": "fresh processes (one kernel per pair)"}
         if self.auto is not None:
             p = self.precision
-            out.update(mode="auto", until_pct=self.auto.until_pct, max_runs=self.auto.max_runs,
+            out.update(mode="auto", until_pct=self.auto.until_pct, target_change_pct=self.auto.target_change_pct,
+                       can_tell_pct=(None if p is None or not math.isfinite(p.can_tell_pct)
+                                     else round(p.can_tell_pct, 2)),
+                       max_runs=self.auto.max_runs,
                        max_minutes=self.auto.max_minutes, stopped=self.stopped,
                        precision_pct=None if p is None or not math.isfinite(p.worst_pct) else round(p.worst_pct, 2),
                        least_precise=None if p is None else p.worst,

@@ -49,7 +49,8 @@ GRID_KEYS: dict[str, str] = {
     "sweep": "mapping of run settings to lists of values, e.g. {threads: [1, 2]}",
     "repeats": "integer >= 1: run each configuration with this many seeds (seed, seed+1, ...), each round of seeds "
                "in a fresh process; or auto (or {until_pct: 3, max_runs: 10, max_minutes: 10}): add rounds until "
-               "every figure and ratio is known within ±until_pct% or a budget is spent",
+               "every figure and ratio is known within ±until_pct% or a budget is spent; {target_change: 5%}: until "
+               "every comparison can tell a 5% change",
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
     "layers": "true or false: also measure each configuration's training step layer by layer against the roofline "
               "(benchlib layers) at the first batch size (each variant and repeat a run), on CPU or CUDA",
@@ -123,12 +124,16 @@ class AutoRepeats:
     until_pct: float = 3.0
     max_runs: int = 10
     max_minutes: float = 10.0
+    target_change_pct: float | None = None  # instead of until_pct: stop once every comparison can tell this change
 
     def describe(self) -> str:
-        return f"auto (until ±{self.until_pct:g}%, at most {self.max_runs} runs or {self.max_minutes:g} min)"
+        target = (f"until every comparison can tell a {self.target_change_pct:g}% change"
+                  if self.target_change_pct is not None else f"until ±{self.until_pct:g}%")
+        return f"auto ({target}, at most {self.max_runs} runs or {self.max_minutes:g} min)"
 
 
 AUTO_KEYS = {"until_pct": "the target half-width of the 95% interval, % (> 0)",
+             "target_change": "the change every comparison must be able to tell, % (e.g. 5 or '5%', > 2)",
              "max_runs": f"rounds at most (2..{MAX_REPEATS})", "max_minutes": "minutes at most (> 0)"}
 
 
@@ -154,8 +159,15 @@ def parse_repeats(value: Any, where: str) -> tuple[int, AutoRepeats | None]:
             return (isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
                     and (not integer or isinstance(v, int)))
 
+        if isinstance(value.get("target_change"), str) and value["target_change"].strip().endswith("%"):
+            try:
+                value = {**value, "target_change": float(value["target_change"].strip()[:-1])}
+            except ValueError:
+                pass
         d = AutoRepeats()
         auto = AutoRepeats(
+            target_change_pct=number("target_change", good("target_change", 2.0 + 1e-9, 99.999))
+            if "target_change" in value else None,
             until_pct=number("until_pct", good("until_pct", 1e-9, 99.999)) if "until_pct" in value else d.until_pct,
             max_runs=int(number("max_runs", good("max_runs", 2, MAX_REPEATS, True))) if "max_runs" in value
             else d.max_runs,

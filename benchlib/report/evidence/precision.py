@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...spec.settings import SEED_SUFFIX
+from .inference import detectable
 from .samples import METRICS, SampleReader, compare_rows, run_samples
 from .stats import CONFIDENCE, hierarchical_medians
 
@@ -27,6 +28,8 @@ class Precision:
     worst: str  # the configuration or ratio with that half-width
     runs: int  # the fewest runs any configuration has
     per_item: dict[str, float]  # configuration or "A vs B" -> half-width, %
+    can_tell_pct: float = math.nan  # the largest of the smallest changes each comparison can tell, %
+    can_tell_worst: str = ""  # the comparison it belongs to
 
 
 def half_width_pct(center: float, low: float, high: float) -> float:
@@ -55,11 +58,13 @@ def study_precision(rows: pd.DataFrame, reader: SampleReader, metric: str = "tra
         return Precision(math.nan, "", 0, {})
     config = good["run_id"].astype(str).str.replace(SEED_SUFFIX, "", regex=True)
     per_item: dict[str, float] = {}
+    tells: dict[str, float] = {}
     fewest = None
     groups = {name: grp for name, grp in good.groupby(config, sort=False)}
     for name, grp in groups.items():
         width, runs = figure_half_width(grp, metric, reader)
         per_item[name] = width
+        tells[name] = alike_can_tell_pct(grp, metric, reader)
         fewest = runs if fewest is None else min(fewest, runs)
     for _, pair in good.assign(_config=config).groupby(["machine", "hardware", "model", "batch_size"], sort=False):
         names = list(dict.fromkeys(pair["_config"]))
@@ -67,8 +72,23 @@ def study_precision(rows: pd.DataFrame, reader: SampleReader, metric: str = "tra
             c = compare_rows(groups[other], groups[names[0]], metric, reader)
             if c.level == "runs":
                 per_item[f"{other} vs {names[0]}"] = half_width_pct(c.ratio, c.ci_low, c.ci_high)
+                tells[f"{other} vs {names[0]}"] = c.mdc * 100
+    told = {k: v for k, v in tells.items() if math.isfinite(v)}
+    tell_worst = max(told, key=lambda k: told[k]) if told and len(told) == len(tells) else ""
+    can_tell = told[tell_worst] if tell_worst else math.nan
     widths = {k: v for k, v in per_item.items() if math.isfinite(v)}
     if len(widths) < len(per_item) or not widths:
-        return Precision(math.nan, "", fewest or 0, per_item)
+        return Precision(math.nan, "", fewest or 0, per_item, can_tell, tell_worst)
     worst = max(widths, key=lambda k: widths[k])
-    return Precision(widths[worst], worst, fewest or 0, per_item)
+    return Precision(widths[worst], worst, fewest or 0, per_item, can_tell, tell_worst)
+
+
+def alike_can_tell_pct(rows: pd.DataFrame, metric: str, reader: SampleReader) -> float:
+    """The smallest change (%) a comparison of this configuration's runs against as many runs of another, as
+    spread, would catch 80% of the time (NaN under two runs)."""
+    figures = [float(np.median(r)) for r in run_samples(rows, METRICS[metric], reader)]
+    logs = np.log([f for f in figures if f > 0])
+    if logs.size < 2:
+        return math.nan
+    n = logs.size
+    return detectable(float(logs.std(ddof=1)) * math.sqrt(2 / n), 2 * (n - 1), 1) * 100

@@ -118,6 +118,8 @@ def rounds_text(rounds: dict[str, Any]) -> str:
     pct = rounds.get("precision_pct")
     reached = (f"; the least precise figure, `{rounds.get('least_precise')}`, is known within ±{pct:g}% (95%)"
                if isinstance(pct, (int, float)) else "; too few runs for an interval")
-    return (f"repeats: auto (target ±{rounds.get('until_pct')}%, at most {rounds.get('max_runs')} runs or "
+    target = (f"until every comparison can tell a {rounds['target_change_pct']:g}% change"
+              if isinstance(rounds.get("target_change_pct"), (int, float)) else f"target ±{rounds.get('until_pct')}%")
+    return (f"repeats: auto ({target}, at most {rounds.get('max_runs')} runs or "
             f"{rounds.get('max_minutes')} min) ran {n} round(s), each in fresh processes, and stopped because "
             f"{rounds.get('stopped')}{reached}.")
