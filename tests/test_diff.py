@@ -18,7 +18,7 @@ from benchlib.cli import main
 from benchlib.env import manifest
 from benchlib.env.manifest import machine_name
 from benchlib.instruments.run_to_run import floor_groups, floor_of, floor_pct, log_spread
-from benchlib.report.evidence.diff import diff, floor_lines, notes, regressions
+from benchlib.report.evidence.diff import as_text, diff, floor_lines, notes, regressions
 from benchlib.report.evidence.inference import Spread, compare_runs
 from benchlib.report.evidence.samples import METRICS, SampleFiles
 from benchlib.report.evidence.stats import (
@@ -451,3 +451,34 @@ def test_scaling_and_cross_device_tables_show_intervals_and_verdicts(folders):
     assert table.loc["two-threads:cpu", "verdict"] == "faster" and table.loc["one-thread:cpu", "verdict"] == "slower"
     matrix = speedup_matrix(two_machines, reader=reader)
     assert "faster" in matrix.loc[("resnet18", 64, "two-threads:cpu"), "one-thread:cpu"]
+
+
+def _divides_out(text: str, table: pd.DataFrame) -> int:
+    """Every ratio `diff` prints is the quotient of the two figures printed beside it, to the digits shown: B over
+    A where higher is better, A over B where lower is. Returns how many were checked."""
+    from benchlib.report.evidence.samples import METRICS as BY_NAME
+
+    checked = 0
+    for line, row in zip(text.splitlines()[1:], table.to_dict("records")):
+        m = re.search(r"\s(\S+)\s+(\S+)\s+([\d.]+)x \[", line)
+        if m is None or "–" in (m.group(1), m.group(2)):
+            continue
+        a, b, ratio = float(m.group(1)), float(m.group(2)), float(m.group(3))
+        quotient = b / a if BY_NAME[row["metric"]].higher_is_better else a / b
+        digits = 4  # a and b are printed to 4 significant digits, the ratio to 3 decimals
+        slack = quotient * sum(0.5 * 10 ** (math.floor(math.log10(abs(x))) - digits + 1) / abs(x) for x in (a, b))
+        assert abs(quotient - ratio) <= slack + 0.0005, (line, quotient)
+        checked += 1
+    return checked
+
+
+def test_every_ratio_diff_prints_divides_out_from_the_figures_beside_it(folders, fresh):
+    """A diff once printed 0.518x beside 49.14 and 23.05: its ratio came from step medians, its figures from
+    totals. Now the figures shown are the ones the ratio is made of (run figures' geometric means, or the steps'
+    medians for one process)."""
+    checked = 0
+    for a, b, ignore in ((folders / "a", folders / "b", []), (folders / "t1", folders / "t2", ["threads"]),
+                         (fresh / "a_floor", fresh / "px64_floor", ["image_size"])):
+        table = diff(a, b, ignore=ignore)
+        checked += _divides_out(as_text(table), table)
+    assert checked >= 10, checked

@@ -1,7 +1,10 @@
 """Notebooks: committed clean, parameters in step with the config, and a tiny study through papermill."""
 from __future__ import annotations
 
+import html
 import json
+import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -56,6 +59,22 @@ def test_notebook_cells_stay_thin():
                 assert not any(ln.lstrip().startswith(("def ", "class ", "for ", "while ")) for ln in lines)
 
 
+def _ratios_divide_out(page: str) -> int:
+    """Every 'X samples/s, R.RRx [..] ... (Y samples/s)' on a page divides out: X / Y is R to the digits shown (3
+    significant digits a throughput, 2 decimals a ratio). Returns how many were checked."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    found = re.findall(r"([\d,]+(?:\.\d+)?) samples/s(?: at bs\d+)?, (\d+\.\d+)x \[[^\]]*\][^;]*?\(([\d,]+(?:\.\d+)?) "
+                       r"samples/s", text)
+    number = r"([\d,]+(?:\.\d+)?)"
+    found += [(x, r, y) for x, y, r in re.findall(rf"{number} samples/s(?: at bs\d+)? against {number} samples/s"
+                                                   rf"(?: at bs\d+)?, (\d+\.\d+)x \[", text)]
+    for x, ratio, y in found:
+        a, b, r = float(x.replace(",", "")), float(y.replace(",", "")), float(ratio)
+        slack = r * sum(0.5 * 10 ** (math.floor(math.log10(v)) - 2) / v for v in (a, b)) + 0.005
+        assert abs(a / b - r) <= slack, (x, ratio, y)
+    return len(found)
+
+
 def _check_tiny_study(results: Path, reports: Path) -> None:
     """What a tiny study (one pair, two batch sizes, a profile) run through papermill leaves behind."""
     df = read_results([results / "tiny"])
@@ -70,6 +89,7 @@ def _check_tiny_study(results: Path, reports: Path) -> None:
     summary = (reports / "tiny" / "summary.html").read_text()
     index = (reports / "index.html").read_text()
     assert "Key findings" in summary and "squeezenet1_1" in summary
+    assert _ratios_divide_out(summary) >= 1, "the findings compare the two batch sizes"
     assert summary.index('id="Key-findings"') < summary.index('id="headline"') < summary.index('id="How-it-was-run"')
     assert "Cross-device speedup" not in summary and "Optimization variants" not in summary, "no empty sections"
     assert "Not in this study: a second device, optimization variants" in summary
