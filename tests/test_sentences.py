@@ -120,3 +120,22 @@ def test_the_detectable_change_sentence_says_its_numbers():
         assert said.startswith(f"with {runs} run") and f"changes under {mdc:.0%} cannot be told" in said
         assert (f"{advised} runs a side would tell 5%" in said) == (mdc > 0.05)
     assert detectable(math.nan, 3, 3) == ""
+
+
+def test_a_steps_comparison_says_why_it_is_inconclusive_from_its_own_numbers():
+    """Few values a side: a percentile bootstrap may exclude 1 where the test beside it finds nothing; the reason
+    then names the test, never "holds no change" for an interval that excludes 1."""
+    from benchlib.report.evidence.stats import compare
+
+    rng = np.random.default_rng(56)
+    for _ in range(CASES // 20):
+        n = int(rng.integers(2, 9))
+        a = np.exp(rng.normal(0, 0.1, n))
+        b = np.exp(rng.normal(float(rng.choice([0.0, 0.05, 0.2])), 0.1, n))
+        c = compare(a, b, higher_is_better=False)
+        if c.verdict != "inconclusive":
+            continue
+        excludes = c.ci_low > 1.0 or c.ci_high < 1.0
+        assert ("holds both no change" in c.note) == (not excludes), (c.note, c.ci_low, c.ci_high)
+        if excludes:
+            assert "excludes no change" in c.note

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 from ...instruments.run_to_run import bounds
-from ..words.sentences import detectable, ratio_interval, undecided
+from ..words.sentences import detectable, ratio_interval, undecided, untested
 from .floors import apart_text
 
 CONFIDENCE = 0.95
@@ -195,7 +195,11 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
         p_value, test = difference_test(xa, xb)
     words = ("faster", "slower") if timing else ("better", "worse")
     verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
-    note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
+    note = ""
+    if verdict == "inconclusive":
+        excludes = low > 1.0 or high < 1.0
+        note = (f"{untested(low, high, p_value, test)}; {repeat_hint()}" if excludes and p_value >= ALPHA
+                and abs(ratio - 1.0) >= threshold else undecided_note(low, high, threshold))
     return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note,
                       figure_a=float(np.median(xa)), figure_b=float(np.median(xb)))
 

@@ -60,6 +60,12 @@ def undecided(low: float, high: float, threshold: float) -> str:
             "count) or beyond it")
 
 
+def untested(low: float, high: float, p_value: float, test: str) -> str:
+    """Why an interval that excludes 1 settles nothing where a test beside it (few values) finds no difference."""
+    return (f"the interval {bounds_text(low, high)} excludes no change, but the {test} test beside it does not "
+            f"find one (p {p_value:.2g}): too few values to tell")
+
+
 def detectable(mdc: float, runs_a: int, runs_b: int, target: float | None = None,
                runs_for_target: int | None = None) -> str:
     """``with 3 runs a side, changes under 7% cannot be told here; 8 runs a side would tell 5%``."""
