@@ -322,7 +322,7 @@ def test_compare_puts_models_side_by_side_with_verdicts_and_refuses_what_it_cann
 
 
 def test_a_side_whose_own_row_refused_the_figure_gets_no_ratio_or_verdict():
-    """A row that published no p50 (its interval too wide) is not compared on the samples behind it: the
+    """A row that published no p50 (too few samples for its interval) is not compared on the samples behind it: the
     comparison row carries no ratio, interval or verdict, and says why (it once read 'same' beside NaN)."""
     import pandas as pd
 
@@ -333,10 +333,10 @@ def test_a_side_whose_own_row_refused_the_figure_gets_no_ratio_or_verdict():
                 "run_id": f"cpu__m__bs8__{variant}", "machine": "x", "process_uid": "x:1:0",
                 "latency_ms_p50": p50, "latency_ms_p50_status": status, "train_samples_per_s": 10.0}
 
-    rows = pd.DataFrame([row("a", 0.02, "ok"), row("b", None, "interval too wide (0.0046..1.24 ms)")])
+    rows = pd.DataFrame([row("a", 0.02, "ok"), row("b", None, "too few samples (n=4, p50 needs 6)")])
     (out,) = judged(rows, "variant", "a", ["latency_ms_p50"]).to_dict("records")
     assert out["verdict"] == "unknown" and math.isnan(out["ratio"]) and math.isnan(out["ci_low"]), out
-    assert "side A's latency_ms_p50 was refused by its own row (interval too wide" in out["note"], out
+    assert "side A's latency_ms_p50 was refused by its own row (too few samples" in out["note"], out
 
 
 @pytest.mark.slow

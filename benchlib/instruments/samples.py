@@ -82,7 +82,7 @@ class Percentile:
     high: float
     n: int
     needed: int
-    status: str  # "ok", "too few samples (n=50, p99 needs 299)" or "interval too wide (...)"
+    status: str  # "ok", "too few samples (n=50, p99 needs 299)" (not published) or "wide interval (...)" (given)
 
     @property
     def ok(self) -> bool:
@@ -117,8 +117,8 @@ class Samples:
         return float(ordered[ranks[0] - 1]), float(ordered[ranks[1] - 1])
 
     def judged_percentile(self, q: float, max_relative_width: float = MAX_RELATIVE_WIDTH) -> Percentile:
-        """The q-th percentile with its interval, published (``ok``) only with enough samples and an interval
-        no wider than ``max_relative_width`` of the value; otherwise NaN and the reason."""
+        """The q-th percentile with its interval: NaN and the reason without enough samples for an interval;
+        marked ``wide interval`` (and given) where the interval is wider than ``max_relative_width`` of it."""
         needed = min_samples_for(q)
         low, high = self.percentile_interval(q)
         value = self.percentile(q)
@@ -127,9 +127,9 @@ class Samples:
             return Percentile(q, math.nan, low, high, self.n, needed,
                               f"too few samples (n={self.n}, {label} needs {needed})")
         width = (high - low) / value if value > 0 else math.inf
-        if not width <= max_relative_width:
-            return Percentile(q, math.nan, low, high, self.n, needed,
-                              f"interval too wide ({width:.0%} of the value > {max_relative_width:.0%})")
+        if not width <= max_relative_width:  # a busy host's figure: given with its interval and marked, not withheld
+            return Percentile(q, value, low, high, self.n, needed,
+                              f"wide interval ({width:.0%} of the value > {max_relative_width:.0%})")
         return Percentile(q, value, low, high, self.n, needed, "ok")
 
     @property

@@ -170,13 +170,14 @@ def _percentiles(prefix: str, where: str) -> tuple[Column, ...]:
     for q, word in ((50, "median"), (90, "90th percentile"), (99, "99th percentile")):
         name = f"{prefix}_p{q}"
         out += [
-            (name, "ms", f"inference latency {where}, {word} of the timed repeats; empty when {name}_status is not ok"),
+            (name, "ms", f"inference latency {where}, {word} of the timed repeats; empty when {name}_status says too "
+                         "few samples"),
             (f"{name}_ci_low", "ms", f"lower end of the distribution-free 95% interval of p{q} (an order statistic of "
                                      "the repeats: the binomial count of repeats below the percentile sets its rank)"),
             (f"{name}_ci_high", "ms", f"upper end of that interval of p{q}"),
-            (f"{name}_status", "", f"ok, or why p{q} is not published: too few samples (n, and the samples a 95% "
-                                   f"interval needs) or interval too wide (over {PERCENTILE_MAX_WIDTH_TEXT} of the "
-                                   "value)"),
+            (f"{name}_status", "", f"ok; too few samples (n, and the samples a 95% interval needs: p{q} is not "
+                                   f"published); or wide interval (over {PERCENTILE_MAX_WIDTH_TEXT} of the value, as "
+                                   f"on a busy host: p{q} is given with it, marked)"),
         ]
     return _group(*out)
 

@@ -115,6 +115,9 @@ def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str]) -> tuple[
         shown = fmt.accuracy_text(value, low, high)
     else:
         shown = text(value)
+    status = PERCENTILE_STATUS.get(column)
+    if status in rows and shown != fmt.MISSING and rows[status].astype(str).str.startswith(fmt.WIDE).any():
+        shown += f" ({fmt.WIDE})"  # a busy host's figure: given, and said to be less sure than a quiet one's
     return shown, (_reason(rows, column) if shown == fmt.MISSING else None)
 
 

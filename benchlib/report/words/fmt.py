@@ -141,9 +141,13 @@ def accuracy_text(accuracy: Any, low: Any = None, high: Any = None) -> str:
 _TOO_FEW = re.compile(r"too few samples \(n=(\d+), p[\d.]+ needs (\d+)\)")
 
 
+WIDE = "wide interval"  # a percentile given with an interval wider than a quiet host's (a busy host's figure)
+
+
 def percentile_reason(status: Any) -> str | None:
-    """Why a percentile is missing, short: ``n=50 < 299`` or ``interval too wide``; None when it is not."""
-    if not isinstance(status, str) or not status.strip() or status in ("ok", "nan", "None"):
+    """Why a percentile is missing, short: ``n=50 < 299``; None when it is not (given, or given as wide)."""
+    if not isinstance(status, str) or not status.strip() or status in ("ok", "nan", "None") or \
+            status.startswith(WIDE):
         return None
     few = _TOO_FEW.search(status)
     if few:
@@ -153,8 +157,8 @@ def percentile_reason(status: Any) -> str | None:
 
 def percentile_text(value: Any, status: Any = None, show: Callable[[Any], str] = ms_text, low: Any = None,
                     high: Any = None) -> str:
-    """A published percentile with its 95% interval where given (``5.87 ms [5.82, 5.92]``), or an en dash with
-    why it was not published: ``– (n=50 < 299)``.
+    """A published percentile with its 95% interval where given (``5.87 ms [5.82, 5.92]``, marked ``(wide
+    interval)`` where a busy host widened it), or an en dash with why it was not published: ``– (n=50 < 299)``.
 
     A value whose status says it was refused is never shown, whatever the cell holds.
     """
@@ -163,9 +167,10 @@ def percentile_text(value: Any, status: Any = None, show: Callable[[Any], str] =
         return f"{MISSING} ({why})"
     text = show(value)
     lo, hi = _number(low), _number(high)
+    wide = f" ({WIDE})" if isinstance(status, str) and status.startswith(WIDE) and text != MISSING else ""
     if text == MISSING or lo is None or hi is None:
-        return text
-    return f"{text} [{significant(lo)}, {significant(hi)}]"
+        return text + wide
+    return f"{text} [{significant(lo)}, {significant(hi)}]{wide}"
 
 
 def value_text(value: Any) -> str:
