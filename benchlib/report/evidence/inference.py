@@ -107,29 +107,22 @@ def infer(figures_a: np.ndarray, figures_b: np.ndarray, *, higher_is_better: boo
         df = (va / na + vb / nb) ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if se > 0 else math.inf
         test = "welch-log"
     ratio = math.exp(d)
-    figures = dict(figure_a=gm_a, figure_b=gm_b)
+    words = ("faster", "slower") if timing else ("better", "worse")
+    done = dataclasses.replace(base, ratio=ratio, figure_a=gm_a, figure_b=gm_b)
     if se == 0:  # constant sides, no floor: the ratio is exact
         p = 1.0 if d == 0 else 0.0
-        words = ("faster", "slower") if timing else ("better", "worse")
-        return _done(base, ratio, ratio, ratio, p, verdict_of(ratio, ratio, ratio, p_value=p, threshold=threshold,
-                                                              words=words), "exact", math.nan, **figures)
+        return dataclasses.replace(done, ci_low=ratio, ci_high=ratio, p_value=p, test="exact", verdict=verdict_of(
+            ratio, ratio, ratio, p_value=p, threshold=threshold, words=words))
     q = _quantile(family, df)
     low, high = math.exp(d - q * se), math.exp(d + q * se)
-    unit_sd = se / math.sqrt(1 / na + 1 / nb)
-    advised = runs_to_tell(TARGET_CHANGE, unit_sd, usable_floor.df if usable_floor else 0, family, threshold)
-    p = min(1.0, 2 * float(stats.t.sf(abs(d) / se, df)) * max(1, family))  # Bonferroni-adjusted
-    words = ("faster", "slower") if timing else ("better", "worse")
-    # the verdict reads the interval alone: the p beside it is the same t, so they cannot disagree
+    advised = runs_to_tell(TARGET_CHANGE, se / math.sqrt(1 / na + 1 / nb), usable_floor.df if usable_floor else 0,
+                           family, threshold)
+    # the verdict reads the interval alone: the p beside it is the same t (Bonferroni-adjusted), so they agree
     verdict = verdict_of(ratio, low, high, p_value=0.0, threshold=threshold, words=words)
-    done = _done(base, ratio, low, high, p, verdict, test, detectable(se, df, family, threshold), **figures)
-    done = dataclasses.replace(done, runs_for_target=advised)
+    note = ""
     if verdict == "inconclusive":
-        hint = repeat_hint(advised) if advised and advised > max(na, nb) else repeat_hint()
-        return dataclasses.replace(done, note=f"{undecided(low, high, threshold)}; {hint}")
-    return done
-
-
-def _done(base: Comparison, ratio: float, low: float, high: float, p: float, verdict: str, test: str,
-          mdc: float, *, figure_a: float, figure_b: float) -> Comparison:
-    return dataclasses.replace(base, ratio=ratio, ci_low=low, ci_high=high, p_value=p, verdict=verdict, test=test,
-                               mdc=mdc, figure_a=figure_a, figure_b=figure_b)
+        more = repeat_hint(advised) if advised and advised > max(na, nb) else repeat_hint()
+        note = f"{undecided(low, high, threshold)}; {more}"
+    return dataclasses.replace(done, ci_low=low, ci_high=high, verdict=verdict, test=test, note=note,
+                               p_value=min(1.0, 2 * float(stats.t.sf(abs(d) / se, df)) * max(1, family)),
+                               mdc=detectable(se, df, family, threshold), runs_for_target=advised)
