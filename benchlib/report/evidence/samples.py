@@ -238,8 +238,7 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
     steps = compare(pool(runs_a), pool(runs_b), higher_is_better=m.higher_is_better, timing=m.timing,
                     threshold=threshold, confidence=1 - ALPHA / max(1, family))
     steps = dataclasses.replace(steps, runs_a=len(runs_a), runs_b=len(runs_b))
-    return judge_single_runs(steps, noise_floor_pct(a, b, m, reader), same_process=one_process(a, b),
-                             timing=m.timing, threshold=threshold)
+    return judge_single_runs(steps, noise_floor_pct(a, b, m, reader), same_process=one_process(a, b))
 
 
 def refused(rows: pd.DataFrame, column: str) -> str | None:

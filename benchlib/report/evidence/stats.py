@@ -230,8 +230,7 @@ def repeat_hint(runs: int = SETTLE_REPEATS) -> str:
     return f"repeat each side {runs} times (`repeats: {runs}` in the study, `--repeats {runs}`)"
 
 
-def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool, timing: bool = True,
-                      threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
+def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool) -> Comparison:
     """The verdict of a comparison with one run on a side and no noise floor that bounds it, from its steps.
 
     ``floor`` is how far (in %) two single runs of identical settings may differ on this machine: NaN when not
