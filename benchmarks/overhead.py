@@ -205,7 +205,8 @@ def main() -> None:
             parser.error(f"--suspect {text!r}; allowed: NAME=KEY=VALUE, e.g. no-telemetry=telemetry=false")
         suspects[name] = ("--set", setting)
 
-    from benchlib.report.evidence.stats import compare, spread
+    from benchlib.report.evidence.inference import compare
+    from benchlib.report.evidence.stats import spread
 
     bench, plain, again, ratios, interfered, drifted = [], [], [], [], [], []
     bench_faults: list[float | None] = []

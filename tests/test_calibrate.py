@@ -20,8 +20,8 @@ from benchlib.instruments.run_to_run import floor_groups, floor_of, floor_pcts, 
 from benchlib.pipeline import calibrate, publish
 from benchlib.pipeline import study as study_pipeline
 from benchlib.report.evidence import floors
-from benchlib.report.evidence.inference import Spread, compare_runs
-from benchlib.report.evidence.stats import compare, judge_single_runs
+from benchlib.report.evidence.inference import Spread, compare, compare_runs
+from benchlib.report.evidence.stats import judge_single_runs
 from benchlib.run import measure as measure_module
 from benchlib.run import record as record_module
 from benchlib.spec.settings import RunConfig

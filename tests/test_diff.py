@@ -19,11 +19,10 @@ from benchlib.env import manifest
 from benchlib.env.manifest import machine_name
 from benchlib.instruments.run_to_run import floor_groups, floor_of, floor_pct, log_spread
 from benchlib.report.evidence.diff import as_text, diff, floor_lines, notes, regressions
-from benchlib.report.evidence.inference import Spread, compare_runs
+from benchlib.report.evidence.inference import Spread, compare, compare_runs
 from benchlib.report.evidence.samples import METRICS, SampleFiles
 from benchlib.report.evidence.stats import (
     CLAIMS,
-    compare,
     judge_single_runs,
     proportion_ratio,
     spread,
@@ -55,7 +54,7 @@ def test_samples_of_one_distribution_are_the_same_once_the_interval_is_within_th
     (0.99, 1.015, "same"), (0.97, 1.01, "inconclusive"), (1.005, 1.03, "inconclusive"),
 ])
 def test_same_only_when_the_whole_interval_lies_within_the_threshold(low, high, verdict):
-    assert verdict_of(math.sqrt(low * high), low, high, p_value=0.5) == verdict
+    assert verdict_of(math.sqrt(low * high), low, high) == verdict
 
 
 def test_no_level_says_same_for_an_interval_outside_the_threshold():
@@ -103,7 +102,9 @@ def test_three_runs_a_side_that_drifted_apart_are_not_called_faster():
     assert drifted.test == "welch-log" and drifted.p_value > 0.05 and drifted.verdict == "inconclusive"
     assert drifted.ci_low > 0.0  # the interval itself is kept as computed
     four = compare([1.0, 1.01, 1.02, 1.03], [1.2, 1.21, 1.22, 1.23], higher_is_better=False)
-    assert four.test == "mann-whitney" and four.p_value < 0.05 and four.verdict == "faster"
+    assert four.test == "welch-log" and four.p_value < 0.05 and four.verdict == "faster"
+    many = compare(_noise(1.0, n=40, seed=1), _noise(1.1, n=40, seed=2), higher_is_better=False)
+    assert many.test == "bootstrap" and (many.p_value < 0.05) == (many.ci_low > 1.0 or many.ci_high < 1.0)
 
 
 def test_compare_is_seeded():

@@ -56,7 +56,7 @@ def test_verdicts_and_their_reasons_say_only_what_the_interval_holds():
     seen = set()
     for _ in range(CASES):
         ratio, low, high, threshold = _draw(rng)
-        verdict = verdict_of(ratio, low, high, p_value=0.0, threshold=threshold)
+        verdict = verdict_of(ratio, low, high, threshold=threshold)
         seen.add(verdict)
         if not math.isfinite(ratio):
             assert verdict == "unknown"
@@ -125,7 +125,7 @@ def test_the_detectable_change_sentence_says_its_numbers():
 def test_a_steps_comparison_says_why_it_is_inconclusive_from_its_own_numbers():
     """Few values a side: a percentile bootstrap may exclude 1 where the test beside it finds nothing; the reason
     then names the test, never "holds no change" for an interval that excludes 1."""
-    from benchlib.report.evidence.stats import compare
+    from benchlib.report.evidence.inference import compare
 
     rng = np.random.default_rng(56)
     for _ in range(CASES // 20):

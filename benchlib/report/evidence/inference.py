@@ -25,7 +25,21 @@ import numpy as np
 from scipy import stats
 
 from ..words.sentences import undecided
-from .stats import ALPHA, PRACTICAL_THRESHOLD, TARGET_CHANGE, Comparison, repeat_hint, verdict_of
+from .stats import (
+    ALPHA,
+    CONFIDENCE,
+    MIN_BOOTSTRAP,
+    PRACTICAL_THRESHOLD,
+    SEED,
+    TARGET_CHANGE,
+    Comparison,
+    bootstrap_ratio,
+    clean,
+    exact_test,
+    repeat_hint,
+    undecided_note,
+    verdict_of,
+)
 
 POWER = 0.80  # the minimum detectable change is the one caught this often
 MAX_RUNS_ADVISED = 50  # "N runs a side would tell X%" looks no further
@@ -112,13 +126,13 @@ def infer(figures_a: np.ndarray, figures_b: np.ndarray, *, higher_is_better: boo
     if se == 0:  # constant sides, no floor: the ratio is exact
         p = 1.0 if d == 0 else 0.0
         return dataclasses.replace(done, ci_low=ratio, ci_high=ratio, p_value=p, test="exact", verdict=verdict_of(
-            ratio, ratio, ratio, p_value=p, threshold=threshold, words=words))
+            ratio, ratio, ratio, threshold=threshold, words=words))
     q = _quantile(family, df)
     low, high = math.exp(d - q * se), math.exp(d + q * se)
     advised = runs_to_tell(TARGET_CHANGE, se / math.sqrt(1 / na + 1 / nb), usable_floor.df if usable_floor else 0,
                            family, threshold)
     # the verdict reads the interval alone: the p beside it is the same t (Bonferroni-adjusted), so they agree
-    verdict = verdict_of(ratio, low, high, p_value=0.0, threshold=threshold, words=words)
+    verdict = verdict_of(ratio, low, high, threshold=threshold, words=words)
     note = ""
     if verdict == "inconclusive":
         more = repeat_hint(advised) if advised and advised > max(na, nb) else repeat_hint()
@@ -126,3 +140,40 @@ def infer(figures_a: np.ndarray, figures_b: np.ndarray, *, higher_is_better: boo
     return dataclasses.replace(done, ci_low=low, ci_high=high, verdict=verdict, test=test, note=note,
                                p_value=min(1.0, 2 * float(stats.t.sf(abs(d) / se, df)) * max(1, family)),
                                mdc=detectable(se, df, family, threshold), runs_for_target=advised)
+
+
+def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, higher_is_better: bool,
+            timing: bool = True, confidence: float = CONFIDENCE, threshold: float = PRACTICAL_THRESHOLD,
+            seed: int = SEED) -> Comparison:
+    """How side ``a`` compares with side ``b`` from their raw samples (step times, latencies, throughputs...).
+
+    The ratio is median(a) / median(b) where higher is better (throughput, accuracy), median(b) / median(a)
+    where lower is (times, memory, energy), so > 1 always means ``a`` is better. ``timing`` picks the
+    verdict's words: faster/slower for speed, better/worse for anything else. From ``MIN_BOOTSTRAP`` values a
+    side the interval and its p are one percentile bootstrap of the medians' ratio; under that (a bootstrap of
+    two or three values is far too narrow) the t on the logs of ``inference``. The verdict reads the interval.
+    """
+    xa, xb = clean(a), clean(b)
+    n_a, n_b = int(xa.size), int(xb.size)
+    first, second = (xa, xb) if higher_is_better else (xb, xa)
+    if n_a == 0 or n_b == 0 or np.median(second) <= 0 or np.median(first) < 0:
+        return Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
+    ratio = float(np.median(first) / np.median(second))
+    if n_a < 2 or n_b < 2:
+        return Comparison(ratio, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
+    words = ("faster", "slower") if timing else ("better", "worse")
+    if min(n_a, n_b) < MIN_BOOTSTRAP and np.all(xa > 0) and np.all(xb > 0) and exact_test(xa, xb) is None:
+        few = infer(xa, xb, higher_is_better=higher_is_better, timing=timing, threshold=threshold,
+                    family=max(1, round(ALPHA / (1 - confidence))))
+        return dataclasses.replace(few, level="steps", runs_a=1, runs_b=1)
+    exact = exact_test(first, second)
+    if exact is not None:  # constant sides: the ratio is exact
+        low = high = ratio
+        p_value, test = exact
+    else:
+        low, high, p_value = bootstrap_ratio(first, second, confidence, seed)
+        test = "bootstrap"
+    verdict = verdict_of(ratio, low, high, threshold=threshold, words=words)
+    note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
+    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note,
+                      figure_a=float(np.median(xa)), figure_b=float(np.median(xb)))

@@ -24,13 +24,12 @@ from ...instruments.run_to_run import bounds, floor_groups, floor_of, log_spread
 from ...store.noise_floor import NoiseFloor, load_noise_floors
 from ...store.rows import flag_mask, read_samples
 from ...store.schema import BATCHES_PER_THROUGHPUT_REPEAT, finite_float
-from .inference import Spread, compare_runs
+from .inference import Spread, compare, compare_runs
 from .stats import (
     ALPHA,
     NO_DATA,
     PRACTICAL_THRESHOLD,
     Comparison,
-    compare,
     judge_single_runs,
     proportion_ratio,
 )
@@ -142,6 +141,17 @@ def _pooled(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndar
         if value is not None:
             out.append(np.asarray([value]))
     return np.concatenate(out) if out else np.asarray([], dtype=float)
+
+
+def figure(rows: pd.DataFrame, metric: str | Metric, reader: SampleReader) -> float:
+    """A configuration's figure as every comparison takes it: each run's median sample, their geometric mean over
+    the runs (``inference``'s ``figure_a``); NaN without samples. A throughput is so the batch over the median
+    step, where the row's own column is its samples over its summed steps: one figure for the headline and the
+    ratios beside it."""
+    m = METRICS[metric] if isinstance(metric, str) else metric
+    medians = np.asarray([float(np.median(r)) for r in run_samples(rows, m, reader)])
+    medians = medians[np.isfinite(medians) & (medians > 0)]
+    return float(np.exp(np.log(medians).mean())) if medians.size else math.nan
 
 
 def samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:

@@ -6,25 +6,21 @@ fresh process): steps of one process share its allocator, thread placement, CPU 
 the spread that decides whether two configurations differ is the one between processes. Each comparison
 says which evidence its verdict rests on (``level``):
 
-- ``runs``: two or more runs a side. The interval comes from a hierarchical bootstrap (runs resampled
-  first, then the samples inside each chosen run; the side's figure is the median of its runs' medians),
-  and the test for a difference works on the runs' figures: Mann-Whitney's U with four or more a side,
-  Welch's t on the logarithms below that (three against three, fully separated, gives a rank test p = 0.1
-  at best, while a clean 12% difference passes Welch's t on logs).
-- ``floor``: one run on a side, and this machine's run-to-run noise floor is known (``benchlib
-  calibrate``): the interval is the steps' bootstrap interval widened to at least the floor's band
-  around the ratio, so a difference is claimed only when it is larger than two single runs of identical
-  settings can differ by noise alone.
-- ``steps``: one run a side and no floor: only the steps' bootstrap. Steps never give a verdict on their
-  own (``inconclusive``) unless both rows were measured in one process (interleaved variants), where the
-  process's state is shared and the steps are the evidence.
+- ``runs``: two or more runs a side. Each run gives one figure (the median of its samples); the interval is
+  Student's t on the difference of the sides' mean log figures, and its p is that same t (``inference``).
+- ``floor``: one run or more a side, and this machine's run-to-run noise floor measured the metric (``benchlib
+  calibrate``): the same t, its spread pooled with the floor's runs (which also lets one run a side be judged).
+- ``steps``: one run a side and no floor: the steps' own interval (a percentile bootstrap of the medians'
+  ratio, its p read off the same replicates; the t on logs under ``MIN_BOOTSTRAP`` values). Steps never give
+  a verdict across processes (``inconclusive``) unless both rows were measured in one process (interleaved
+  variants), where the process's state is shared and the steps are the evidence.
 
-The verdict: ``faster`` (``better``) / ``slower`` (``worse``) when the interval excludes 1, the change is
-at least the practical threshold (``PRACTICAL_THRESHOLD``) and, where there is a test, it finds a difference
-(p < 0.05); ``same`` only when the whole interval lies within the threshold of 1 (no change that matters is
-left possible); ``inconclusive`` otherwise (an interval that holds 1 but also a change beyond the threshold
-rules out nothing), with the reason and what would settle it; ``unknown`` without data. The same rule at
-every level: runs, floor, steps and test set.
+Every level has one procedure for its interval and its p, and the verdict reads the interval alone:
+``faster`` (``better``) / ``slower`` (``worse``) when it excludes 1 and the change is at least the practical
+threshold (``PRACTICAL_THRESHOLD``); ``same`` only when the whole interval lies within the threshold of 1 (no
+change that matters is left possible); ``inconclusive`` otherwise (an interval that holds 1 but also a change
+beyond the threshold rules out nothing), with the reason and what would settle it; ``unknown`` without data.
+The same rule at every level: runs, floor, steps and test set.
 """
 from __future__ import annotations
 
@@ -38,12 +34,12 @@ import numpy as np
 from scipy import stats
 
 from ...instruments.run_to_run import bounds
-from ..words.sentences import detectable, ratio_interval, undecided, untested
+from ..words.sentences import bounds_text, detectable, ratio_interval, undecided
 from .floors import apart_text
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
-MIN_RANK_TEST = 4  # values a side for Mann-Whitney to be able to reach p < ALPHA
+MIN_BOOTSTRAP = 10  # values a side from which a percentile bootstrap's interval is not too narrow
 PRACTICAL_THRESHOLD = 0.02  # a change under this is "same", however sure
 RESAMPLES = 2000
 SEED = 0
@@ -75,7 +71,7 @@ class Comparison:
     n_a: int
     n_b: int
     level: str = "steps"  # the evidence the verdict rests on: runs, floor, steps (see the module) or test set
-    test: str = ""  # behind p_value: mann-whitney, welch-log (three or fewer a side), exact (constant sides)
+    test: str = ""  # behind interval and p alike: welch-log or t-log pooled (runs), bootstrap (steps), exact
     runs_a: int = 1  # fresh processes (rows) behind each side
     runs_b: int = 1
     note: str = ""  # why a verdict is inconclusive and what would settle it
@@ -117,13 +113,9 @@ def inverted(c: Comparison) -> Comparison:
                                runs_a=c.runs_b, runs_b=c.runs_a)
 
 
-def _clean(values: Sequence[float] | np.ndarray) -> np.ndarray:
+def clean(values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype=float).ravel()
     return array[np.isfinite(array)]
-
-
-def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.asarray(np.median(a, axis=axis) / np.median(b, axis=axis))
 
 
 def within_threshold(ci_low: float, ci_high: float, threshold: float = PRACTICAL_THRESHOLD) -> bool:
@@ -131,15 +123,16 @@ def within_threshold(ci_low: float, ci_high: float, threshold: float = PRACTICAL
     return 1.0 / (1.0 + threshold) <= ci_low and ci_high <= 1.0 + threshold
 
 
-def verdict_of(ratio: float, ci_low: float, ci_high: float, *, p_value: float = 0.0,
-               threshold: float = PRACTICAL_THRESHOLD, words: tuple[str, str] = ("faster", "slower")) -> str:
-    """``words[0]``/``words[1]`` when the interval excludes 1, the change is at least ``threshold`` and the
-    test found a difference (``p_value`` < 0.05); ``same`` when the whole interval lies within ``threshold``
-    of 1; ``inconclusive`` otherwise: the evidence leaves both a change that matters and none possible."""
+def verdict_of(ratio: float, ci_low: float, ci_high: float, *, threshold: float = PRACTICAL_THRESHOLD,
+               words: tuple[str, str] = ("faster", "slower")) -> str:
+    """``words[0]``/``words[1]`` when the interval excludes 1 and the change is at least ``threshold``; ``same``
+    when the whole interval lies within ``threshold`` of 1; ``inconclusive`` otherwise: the evidence leaves both
+    a change that matters and none possible. The interval alone decides: each level's p is read off the same
+    procedure, so it cannot say otherwise."""
     if not all(math.isfinite(x) for x in (ratio, ci_low, ci_high)):
         return "unknown"
     excludes_one = ci_high < 1.0 or ci_low > 1.0
-    if excludes_one and abs(ratio - 1.0) >= threshold and p_value < ALPHA:
+    if excludes_one and abs(ratio - 1.0) >= threshold:
         return words[0] if ratio > 1.0 else words[1]
     return "same" if within_threshold(ci_low, ci_high, threshold) else "inconclusive"
 
@@ -156,62 +149,30 @@ def exact_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str] | None:
     return None
 
 
-def difference_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str]:
-    """(p value, test name) of "a and b differ": Mann-Whitney U, or Welch's t on logs under four values a side.
-
-    ``exact_test`` settles two constant sides before this is called, so a side here always varies or the other does.
-    """
-    if min(a.size, b.size) >= MIN_RANK_TEST or np.any(a <= 0) or np.any(b <= 0):  # logs need positive values
-        return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), "mann-whitney"
-    return float(stats.ttest_ind(np.log(a), np.log(b), equal_var=False).pvalue), "welch-log"
+def _bootstrap_medians(x: np.ndarray, rng: np.random.Generator, resamples: int = RESAMPLES) -> np.ndarray:
+    """``resamples`` bootstrap medians of ``x`` (in chunks: a side may hold thousands of steps)."""
+    chunk = max(1, 2_000_000 // x.size)
+    return np.concatenate([np.median(x[rng.integers(0, x.size, size=(min(chunk, resamples - k), x.size))], axis=1)
+                           for k in range(0, resamples, chunk)])
 
 
-def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, higher_is_better: bool,
-            timing: bool = True, confidence: float = CONFIDENCE, threshold: float = PRACTICAL_THRESHOLD,
-            seed: int = SEED) -> Comparison:
-    """How side ``a`` compares with side ``b`` from their raw samples (step times, latencies, throughputs...).
-
-    The ratio is median(a) / median(b) where higher is better (throughput, accuracy), median(b) / median(a)
-    where lower is (times, memory, energy), so > 1 always means ``a`` is better. ``timing`` picks the
-    verdict's words: faster/slower for speed, better/worse for anything else.
-    """
-    xa, xb = _clean(a), _clean(b)
-    n_a, n_b = int(xa.size), int(xb.size)
-    first, second = (xa, xb) if higher_is_better else (xb, xa)
-    if n_a == 0 or n_b == 0 or np.median(second) <= 0 or np.median(first) < 0:
-        return Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
-    ratio = float(np.median(first) / np.median(second))
-    if n_a < 2 or n_b < 2:
-        return Comparison(ratio, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
-    exact = exact_test(first, second)
-    if exact is not None:  # constant sides: the ratio is exact
-        low = high = ratio
-        p_value, test = exact
-    else:
-        boot = stats.bootstrap((first, second), _median_ratio, vectorized=True, paired=False,
-                               n_resamples=RESAMPLES, confidence_level=confidence, method="percentile",
-                               rng=np.random.default_rng(seed))
-        low, high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
-        p_value, test = difference_test(xa, xb)
-    words = ("faster", "slower") if timing else ("better", "worse")
-    verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
-    note = ""
-    if verdict == "inconclusive":
-        excludes = low > 1.0 or high < 1.0
-        note = (f"{untested(low, high, p_value, test)}; {repeat_hint()}" if excludes and p_value >= ALPHA
-                and abs(ratio - 1.0) >= threshold else undecided_note(low, high, threshold))
-    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note,
-                      figure_a=float(np.median(xa)), figure_b=float(np.median(xb)))
+def bootstrap_ratio(first: np.ndarray, second: np.ndarray, confidence: float, seed: int) -> tuple[float, float, float]:
+    """The percentile interval of median(first) / median(second) and its p from the same replicates: twice the
+    share of replicates on the far side of 1, scaled to ALPHA as the interval's level is (so the interval
+    excludes 1 exactly where p < ALPHA; one procedure, never two that can disagree)."""
+    rng = np.random.default_rng(seed)
+    reps = _bootstrap_medians(first, rng) / _bootstrap_medians(second, rng)
+    tail = (1 - confidence) / 2
+    low, high = (float(v) for v in np.quantile(reps, [tail, 1 - tail]))
+    p = 2 * min(float(np.mean(reps <= 1.0)), float(np.mean(reps >= 1.0)))
+    return low, high, min(1.0, p * ALPHA / (1 - confidence))
 
 
 def _run_medians(run: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """``resamples`` bootstrap medians of one run's samples (in chunks: a run may hold thousands of steps)."""
+    """``resamples`` bootstrap medians of one run's samples."""
     if run.size == 1 or np.ptp(run) == 0:
         return np.full(resamples, float(run[0]))
-    chunk = max(1, 2_000_000 // run.size)
-    parts = [np.median(run[rng.integers(0, run.size, size=(min(chunk, resamples - k), run.size))], axis=1)
-             for k in range(0, resamples, chunk)]
-    return np.concatenate(parts)
+    return _bootstrap_medians(run, rng, resamples)
 
 
 def hierarchical_medians(runs: Sequence[np.ndarray], *, resamples: int = RESAMPLES,
@@ -262,7 +223,7 @@ def judge_single_runs(steps: Comparison, floor: float, *, same_process: bool) ->
 def proportion_ratio(acc_a: float, n_a: int, acc_b: float, n_b: int, *, confidence: float = CONFIDENCE,
                      threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
     """Accuracy ``acc_a`` (of ``n_a`` test samples) against ``acc_b``, one training a side: the ratio with its
-    log (Katz) interval and a two-proportion z test (``level="test set"``).
+    log (Katz) interval and the p of the same z on the log ratio (``level="test set"``).
 
     The interval covers the test set's sampling only, not the spread between trainings (seeds, a machine's
     numerics): ``same`` where it holds 1, and ``inconclusive`` where it does not, since one training a side
@@ -280,27 +241,26 @@ def proportion_ratio(acc_a: float, n_a: int, acc_b: float, n_b: int, *, confiden
     se = math.sqrt(max(1 / ha - 1 / (n_a + 1), 0.0) + max(1 / hb - 1 / (n_b + 1), 0.0))
     center = math.log(ha / (n_a + 1)) - math.log(hb / (n_b + 1))
     low, high = math.exp(center - z * se), math.exp(center + z * se)
-    pooled = (hits_a + hits_b) / (n_a + n_b)
-    var = pooled * (1 - pooled) * (1 / n_a + 1 / n_b)
-    p_value = 1.0 if var == 0 else float(2 * stats.norm.sf(abs(acc_a - acc_b) / math.sqrt(var)))
-    verdict = verdict_of(ratio, low, high, p_value=p_value, threshold=threshold, words=words)
+    p_value = 1.0 if se == 0 else float(2 * stats.norm.sf(abs(center) / se))
+    verdict = verdict_of(ratio, low, high, threshold=threshold, words=words)
     note = ""
     if verdict == "inconclusive":
         note = (f"the test set's {min(n_a, n_b)} images leave an interval [{low:.2f}, {high:.2f}] that holds both no "
                 f"change and changes beyond {threshold:.0%}; a larger test set or {repeat_hint()} with seeds")
     if verdict in CLAIMS:  # beyond the test set's sampling, but one training cannot tell a change from its seed
         verdict = "inconclusive"
-        note = (f"accuracy differs beyond the test set's sampling (p={p_value:.2g}), but one training a side "
+        note = (f"accuracy differs beyond the test set's sampling (the interval {bounds_text(low, high)} excludes "
+                "no change), but one training a side "
                 f"cannot tell a real change from training noise (same code and seed differed by 4 points across "
                 f"two machines); {repeat_hint()} with seeds")
-    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, level="test set", test="two-proportion z",
+    return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, level="test set", test="z on the log ratio",
                       note=note)
 
 
 def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,
            seed: int = SEED) -> tuple[float, float, float]:
     """(median, low, high): the median of repeats with its bootstrap interval (NaN bounds under 2 values)."""
-    x = _clean(values)
+    x = clean(values)
     if x.size == 0:
         return math.nan, math.nan, math.nan
     median = float(np.median(x))
