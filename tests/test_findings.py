@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from benchlib.report.findings import caveats, claims, key
+from benchlib.report.findings import variants as variant_claims
 from benchlib.report.findings.work import bound, roofline_sentences, time_sentences
 
 RNG = np.random.default_rng(0)
@@ -192,9 +193,9 @@ def test_the_best_variant_against_the_default_with_accuracy():
 def test_no_variant_faster_than_the_default_is_said_so():
     rows = [_row("d"), _row("cl", variant="channels-last"), _row("t1", variant="one-thread")]
     df, reader = _frame(rows, {"d": 0.10, "cl": 0.1001, "t1": 0.1002})
-    (line,) = [x for x in claims.variants(df, reader) if "train" in x]
+    (line,) = [x for x in variant_claims.variants(df, reader) if "train" in x]
     assert "no variant trains faster than default" in line and "the same within noise" in line
-    (alone,) = [x for x in claims.variants(df[df["run_id"] != "t1"], reader) if "train" in x]
+    (alone,) = [x for x in variant_claims.variants(df[df["run_id"] != "t1"], reader) if "train" in x]
     assert alone.startswith("resnet18 on cpu (bs64): channels-last trains as fast as default, the same within "
                             "noise (1.00x"), alone
 
@@ -203,13 +204,13 @@ def test_a_single_slower_variant_is_named_once_not_ranked_among_others():
     """One variant slower than the default read 'every variant trains slower ...; the closest, X', then again
     'trains slower than default with: X'."""
     df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.125})
-    lines = [x for x in claims.variants(df, reader) if "train" in x]
+    lines = [x for x in variant_claims.variants(df, reader) if "train" in x]
     assert len(lines) == 1 and lines[0].startswith("resnet18 on cpu (bs64): channels-last trains slower (steps) "
                                                    "than default, 0.8"), lines
     assert "every variant" not in lines[0] and "closest" not in lines[0]
     assert claims.unsupported(lines[0]) is None
     df, reader = _frame([_row("d"), _row("cl", variant="channels-last")], {"d": 0.10, "cl": 0.08})
-    (faster,) = [x for x in claims.variants(df, reader) if "train" in x]
+    (faster,) = [x for x in variant_claims.variants(df, reader) if "train" in x]
     assert faster.startswith("resnet18 on cpu (bs64): channels-last trains faster, 1.2"), faster
 
 
@@ -248,6 +249,8 @@ def test_roofline_placement_compute_or_memory_bound_and_fraction():
     mobile = next(line for line in lines if line.startswith("mobilenet_v2"))
     assert "compute-bound" in resnet and "31.0% of its fp32 roof" in resnet and "ridge at 10.0" in resnet
     assert "memory-bound" in mobile and "50.0%" in mobile
+    far = roofline_sentences(good.assign(roof_fraction=0.00765, model=["resnet18", "mobilenet_v2"]))
+    assert all("far under both roofs" in line and "-bound" not in line.split(";")[0] for line in far), far
 
 
 def test_where_the_time_goes_names_the_main_categories_and_the_top_operator():
@@ -319,7 +322,7 @@ def test_thread_scaling_names_the_best_count_and_its_efficiency():
 def test_more_threads_that_slow_training_down_are_said_to():
     rows = [_row("t1", threads=1), _row("t2", threads=2)]
     df, reader = _frame(rows, {"t1": 0.05, "t2": 0.10})
-    (line,) = claims.scaling(df, reader)
+    (line,) = variant_claims.scaling(df, reader)
     assert line.startswith("1 thread trains fastest for resnet18 on cpu (bs64): 1,2") and _ratio(line) == \
         pytest.approx(2.0, rel=0.02)
     assert re.search(r"faster \(steps\) than 2 threads \(6[34]\d samples/s\); parallel efficiency of 2 threads: "
@@ -347,14 +350,14 @@ def test_rows_of_different_processes_are_claimed_only_beyond_the_floor():
     """One run a side in two processes: without a floor nothing is claimed; with one, 1.6x is and 1.1x is not."""
     rows = [_row("t1", threads=1, process_uid="host:1:0"), _row("t2", threads=2, process_uid="host:2:0")]
     df, reader = _frame(rows, {"t1": 0.10, "t2": 0.0625})
-    (line,) = claims.scaling(df, reader)
+    (line,) = variant_claims.scaling(df, reader)
     assert "is inconclusive" in line and "benchlib calibrate" in line and "faster" not in line
     floors = FloorReader({"t1": 0.10, "t2": 0.0625})
-    (line,) = claims.scaling(df, floors)
+    (line,) = variant_claims.scaling(df, floors)
     assert "faster (floor) than 1 thread" in line, line
     close = FloorReader({"t1": 0.10, "t2": 0.09})
     df_close, _ = _frame(rows, {"t1": 0.10, "t2": 0.09})
-    (line,) = claims.scaling(df_close, close)
+    (line,) = variant_claims.scaling(df_close, close)
     assert "is inconclusive" in line and "(floor)" in line and "repeat each side" in line
 
 

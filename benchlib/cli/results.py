@@ -55,7 +55,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             raise ConfigError(f"{exc}; give folders written by benchlib, e.g. results/default") from None
         folders.append(Path(side))
     table = d.diff(folders[0], folders[1], metrics, threshold=args.threshold / 100, ignore=ignore)
-    explained = _explained(folders, ignore, args.threshold / 100) if args.explain else None
+    explained = _explained(folders, ignore, args.threshold / 100, d.table_family(table)) if args.explain else None
     worse = d.regressions(table, args.fail_on_regression) if args.fail_on_regression is not None else None
     if args.json:
         payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold,
@@ -111,10 +111,10 @@ EXPLAIN_NOTE = ("Each part is B less A (negative: B takes less time), with its 9
                 "judged within 0.9-1.1), never forced to it.")
 
 
-def _explained(folders: list[Path], ignore: list[str], threshold: float) -> list[Any]:
+def _explained(folders: list[Path], ignore: list[str], threshold: float, family: int) -> list[Any]:
     from ..report.tables.explain_rows import explain_folders
 
-    return explain_folders(folders[0], folders[1], ignore, threshold)
+    return explain_folders(folders[0], folders[1], ignore, threshold, family=family)
 
 
 def cmd_check_pages(args: argparse.Namespace) -> int:

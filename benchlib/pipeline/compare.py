@@ -31,7 +31,7 @@ from .own_model import BenchmarkPlan, model_reference, plan_benchmark, run_bench
 
 RUN_ARGUMENTS = ("resume", "progress")  # benchmark()'s arguments about measuring, not about what is measured
 COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
-           "ci_low", "ci_high", "verdict", "level", "note")
+           "ci_low", "ci_high", "verdict", "level", "note", "reach", "family")
 
 
 def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants: Sequence[str] = (),
@@ -98,13 +98,15 @@ def explained(rows: pd.DataFrame, by: str, baseline: str) -> pd.DataFrame:
     good = rows[rows["status"] == "ok"]
     frames: list[pd.DataFrame] = []
     causes: dict[str, list[str]] = {}
-    for (hardware, batch), grp in good.groupby(["hardware", "batch_size"], sort=False):
+    groups = [(hardware, batch, grp) for (hardware, batch), grp in good.groupby(["hardware", "batch_size"], sort=False)
+              if (grp[by] == baseline).any()]
+    # each side's training step and batch-1 forward: the comparisons its splits rest on, corrected together
+    family = max(1, 2 * sum(grp.loc[grp[by] != baseline, by].nunique() for _, _, grp in groups))
+    for hardware, batch, grp in groups:
         base = grp[grp[by] == baseline]
-        if base.empty:
-            continue
         for side, side_rows in grp[grp[by] != baseline].groupby(by, sort=False):
             label = f"{side} against {baseline} ({hardware}, bs{batch})"
-            x = explain_sides(label, base, side_rows)
+            x = explain_sides(label, base, side_rows, family=family)
             causes[label] = list(x.missing)
             for e in (x.training, x.inference):
                 if e is None:
@@ -129,7 +131,7 @@ def judged(rows: pd.DataFrame, by: str, baseline: str, metrics: Sequence[str]) -
     """Each value of ``by`` against ``baseline`` at the same hardware and batch size (pure: rows in, table out)."""
     reader = SampleFiles()
     good = rows[rows["status"] == "ok"]
-    out: list[Mapping[str, Any]] = []
+    planned = []
     for (hardware, batch), grp in good.groupby(["hardware", "batch_size"], sort=False):
         base = grp[grp[by] == baseline]
         if base.empty:
@@ -139,9 +141,14 @@ def judged(rows: pd.DataFrame, by: str, baseline: str, metrics: Sequence[str]) -
                 column = METRICS[metric].column
                 if math.isnan(column_median(side_rows, column)) and math.isnan(column_median(base, column)):
                     continue  # not measured here (CUDA memory on a CPU)
-                c = compare_rows(side_rows, base, metric, reader)
-                out.append({"hardware": hardware, "batch_size": batch, "side": side, "baseline": baseline,
-                            "metric": metric, "side_value": column_median(side_rows, metric),
-                            "baseline_value": column_median(base, metric), "ratio": c.ratio, "ci_low": c.ci_low,
-                            "ci_high": c.ci_high, "verdict": c.verdict, "level": c.level, "note": c.note})
+                planned.append((hardware, batch, side, side_rows, base, metric))
+    out: list[Mapping[str, Any]] = []
+    for hardware, batch, side, side_rows, base, metric in planned:  # the table's comparisons, corrected together
+        c = compare_rows(side_rows, base, metric, reader, family=len(planned))
+        known = math.isfinite(c.figure_a) and math.isfinite(c.figure_b)  # the figures its ratio is the quotient of
+        out.append({"hardware": hardware, "batch_size": batch, "side": side, "baseline": baseline, "metric": metric,
+                    "side_value": c.figure_a if known else column_median(side_rows, METRICS[metric].column),
+                    "baseline_value": c.figure_b if known else column_median(base, METRICS[metric].column),
+                    "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict,
+                    "level": c.level, "note": c.note, "reach": c.reach(), "family": len(planned)})
     return pd.DataFrame(out, columns=list(COLUMNS))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from IPython.display import Markdown, display
 
+from ..evidence.diff import table_family
 from ..figures.explain import explained_parts
 from ..findings.explain import explanation_lines
 from ..tables.explain_rows import explain_sides, variant_sides
@@ -21,8 +22,9 @@ def variant_explanations(rows: pd.DataFrame, table: pd.DataFrame, figures_dir: s
     """Each variant comparison of ``table`` (``variant_speedups``) explained where either side has per-layer
     tables (``layers: true``), with the rows that lack one named; nothing where no side has any."""
     shown = False
+    family = table_family(table)  # the variant table's: an explanation stands under its verdicts
     for label, base, variant in variant_sides(rows, table):
-        x = explain_sides(label, base, variant)
+        x = explain_sides(label, base, variant, family=family)
         found = [e for e in (x.training, x.inference) if e is not None]
         if not found and len(x.missing) == len(base) + len(variant):
             continue

@@ -153,10 +153,17 @@ def regressions(table: pd.DataFrame, percent: float) -> pd.DataFrame:
     return table[bad].reset_index(drop=True)
 
 
+def table_family(table: pd.DataFrame) -> int:
+    """The comparisons a table's intervals were corrected for (its ``family`` column; 1 without one): what an
+    explanation of its rows is corrected for too."""
+    if "family" not in table or not table["family"].notna().any():
+        return 1
+    return max(1, int(pd.to_numeric(table["family"], errors="coerce").max()))
+
+
 def legend(table: pd.DataFrame, threshold: float = PRACTICAL_THRESHOLD) -> str:
     """How to read a diff table, with the procedure and the table's own family size."""
-    family = int(pd.to_numeric(table.get("family", pd.Series(dtype=float)), errors="coerce").max()) \
-        if "family" in table and table["family"].notna().any() else 1
+    family = table_family(table)
     return (f"ratio > 1 means B is better (faster, smaller, more accurate). Each interval is Student's t on the "
             f"logs of the runs' figures (a run: one fresh process; the spread pooled with the machine's noise floor "
             f"where one is measured), at {1 - ALPHA / family:.2%} confidence: {family} comparison(s) in this table, "

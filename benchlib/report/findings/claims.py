@@ -1,8 +1,8 @@
-"""Claims a study's rows support, in words: which device, model, variant, batch size or thread count is
-faster (or more accurate) and by how much, each with its interval and the evidence it rests on (runs, floor,
-steps or test set). A claim is only made where the comparison's verdict makes it: every sentence of
-comparison is worded by :func:`_claim` from its verdict, and :func:`unsupported` is the rule a finished
-sentence is held to (the key findings withhold one that breaks it).
+"""Claims a study's rows support, in words: which device, model or batch size is faster (or more accurate) and
+by how much, each with its interval and the evidence it rests on (runs, floor, steps or test set). A claim is
+only made where the comparison's verdict makes it: every sentence of comparison is worded by
+:func:`claim_sentence` from its verdict, and :func:`unsupported` is the rule a finished sentence is held to (the
+key findings withhold one that breaks it). Variants and scaled settings: ``findings.variants``.
 """
 from __future__ import annotations
 
@@ -15,19 +15,13 @@ import pandas as pd
 
 from ..evidence.samples import METRICS, SampleFiles, SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, config_key, device_label
-from ..evidence.stats import PRACTICAL_THRESHOLD, Comparison, inverted, within_threshold
-from ..tables.comparisons import scaling_table, variant_speedups
+from ..evidence.stats import PRACTICAL_THRESHOLD, Comparison, within_threshold
 from ..words import fmt
 from ..words.sentences import ratio_interval
 from .caveats import measured_rows
 
 
-def _num(value: Any) -> float:
-    out = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
-    return float(out) if pd.notna(out) else float("nan")
-
-
-def _throughput(value: float) -> str:
+def throughput_text(value: float) -> str:
     return f"{fmt.significant(value)} samples/s"
 
 
@@ -66,7 +60,7 @@ SPEED = ("fastest", "as fast")  # the words of a claim, and of its absence, abou
 ACCURACY = ("the most accurate", "as accurate")
 
 
-def _claim(best: str, other: str, verb: tuple[str, str], where: str, c: Comparison, mine: str, theirs: str,
+def claim_sentence(best: str, other: str, verb: tuple[str, str], where: str, c: Comparison, mine: str, theirs: str,
            words: tuple[str, str] = SPEED) -> str:
     """One comparison as a sentence whose wording follows the verdict (``verb``: singular and plural forms;
     ``words``: the superlative a claim makes and the equal a ``same`` says). The one place a comparison
@@ -117,19 +111,20 @@ def unsupported(sentence: str, threshold: float = PRACTICAL_THRESHOLD) -> str | 
 
 def _versus(a: pd.DataFrame, b: pd.DataFrame, metric: str, reader: SampleReader, name: Callable[[pd.DataFrame], str],
             verb: tuple[str, str], where: str, value: Callable[[pd.DataFrame], str],
-            words: tuple[str, str] = SPEED) -> str:
-    """``a`` (ranked first by its rows' figures) against ``b``, as a sentence.
+            words: tuple[str, str] = SPEED, family: int = 1) -> str:
+    """``a`` (ranked first by its rows' figures) against ``b``, as a sentence; ``family``: the comparisons of its
+    section, corrected together (``key.key_findings`` counts them).
 
     The ratio comes from the raw samples; where their medians rank the two the other way (a noisy run), the
     samples win and the sides are swapped, so the sentence never calls the slower one fastest.
     """
-    c = compare_rows(a, b, metric, reader)
+    c = compare_rows(a, b, metric, reader, family=family)
     if np.isfinite(c.ratio) and c.ratio < 1:
         a, b = b, a
-        c = compare_rows(a, b, metric, reader)
+        c = compare_rows(a, b, metric, reader, family=family)
     if np.isfinite(c.figure_a) and np.isfinite(c.figure_b):  # show the figures the ratio is the quotient of
         a, b = a.assign(**{METRICS[metric].column: c.figure_a}), b.assign(**{METRICS[metric].column: c.figure_b})
-    return _claim(name(a), name(b), verb, where, c, value(a), value(b), words)
+    return claim_sentence(name(a), name(b), verb, where, c, value(a), value(b), words)
 
 
 def _column(column: str, prefix: str = "") -> Callable[[pd.DataFrame], str]:
@@ -137,7 +132,7 @@ def _column(column: str, prefix: str = "") -> Callable[[pd.DataFrame], str]:
 
 
 def _samples_per_s(rows: pd.DataFrame, batch: bool = False) -> str:
-    text = _throughput(column_median(rows, "train_samples_per_s"))
+    text = throughput_text(column_median(rows, "train_samples_per_s"))
     return f"{text} at bs{int(rows['batch_size'].iloc[0])}" if batch else text
 
 
@@ -150,7 +145,7 @@ def _accuracy(rows: pd.DataFrame) -> str:
                                                                   "test_accuracy_ci_high")))
 
 
-def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+def devices(df: pd.DataFrame, reader: SampleReader | None = None, family: int = 1) -> list[str]:
     """Per model: the fastest device in training against the next, at the batch both ran with the most throughput."""
     good = _baseline(measured_rows(df))
     if good.empty or good["device"].nunique() < 2:
@@ -169,16 +164,17 @@ def devices(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
         if runner.empty:
             continue
         lines.append(_versus(best, runner, "train_samples_per_s", reader, _column("device"),
-                             (f"trains {model}", f"train {model}"), f" (bs{batch})", _samples_per_s))
+                             (f"trains {model}", f"train {model}"), f" (bs{batch})", _samples_per_s, family=family))
         lat = sorted(_best_per(rows, "device", "latency_ms_p50", higher=False).values(),
                      key=lambda r: column_median(r, "latency_ms_p50"))
         if len(lat) > 1:
             lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("device"),
-                                 (f"answers one {model} image", f"answer one {model} image"), "", _latency))
+                                 (f"answers one {model} image", f"answer one {model} image"), "", _latency,
+                                 family=family))
     return lines
 
 
-def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+def models(df: pd.DataFrame, reader: SampleReader | None = None, family: int = 1) -> list[str]:
     """Per device: the model that trains fastest, the one with the lowest latency, the most accurate."""
     good = _baseline(measured_rows(df))
     if good.empty:
@@ -190,77 +186,24 @@ def models(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
         if len(ranked) == 1:
             r = ranked[0]
             latency = column_median(r, "latency_ms_p50")
-            lines.append(f"{r['model'].iloc[0]} trains at {_throughput(column_median(r, 'train_samples_per_s'))} on "
-                         f"{_where(r)}" + (f" and answers one image in {_latency(r)}." if np.isfinite(latency)
-                                           else "."))
+            speed = throughput_text(column_median(r, "train_samples_per_s"))
+            answers = f" and answers one image in {_latency(r)}." if np.isfinite(latency) else "."
+            lines.append(f"{r['model'].iloc[0]} trains at {speed} on {_where(r)}{answers}")
             continue
         if ranked:
             top, second = ranked[0], ranked[1]
             lines.append(_versus(top, second, "train_samples_per_s", reader, _column("model"), ("trains", "train"),
-                                 f" on {device}", lambda r: _samples_per_s(r, True)))
+                                 f" on {device}", lambda r: _samples_per_s(r, True), family=family))
         lat = sorted(_best_per(rows, "model", "latency_ms_p50", higher=False).values(),
                      key=lambda r: column_median(r, "latency_ms_p50"))
         if len(lat) > 1:
             lines.append(_versus(lat[0], lat[1], "latency_ms_p50", reader, _column("model"),
-                                 ("answers one image", "answer one image"), f" on {device}", _latency))
+                                 ("answers one image", "answer one image"), f" on {device}", _latency, family=family))
         acc = sorted(_best_per(rows, "model", "test_accuracy").values(),
                      key=lambda r: -column_median(r, "test_accuracy"))
         if len(acc) > 1:  # the two most accurate, judged as every other comparison is: a claim only on evidence
             lines.append(_versus(acc[0], acc[1], "test_accuracy", reader, _column("model"), ("is", "are"),
-                                 f" on {device}", _accuracy, ACCURACY))
-    return lines
-
-
-def _variant_claim(where: str, best: pd.Series, label: str, verb: tuple[str, str], baseline: str,
-                   alone: bool = False) -> str:
-    """The best variant on one metric against the default, worded by its verdict, with its accuracy change;
-    ``alone``: it is the only variant, so it is named, not ranked ("every variant", "the closest")."""
-    verdict, level = str(best[f"{label}_verdict"]), str(best.get(f"{label}_level") or "")
-    lvl = f" ({level})" if level else ""
-    ratio = re.sub(r" \S+( \([^)]*\))?$", "", str(best[label]))
-    acc = f"; accuracy {a:+.1f} points" if np.isfinite(a := _num(best["accuracy_delta_pts"])) else ""
-    if verdict in ("faster", "better"):
-        return (f"{where}: {best['variant']} {verb[0]} {'faster' if alone else 'fastest'}, {ratio} faster{lvl} than "
-                f"{baseline}{acc}.")
-    if verdict == "same" and alone:
-        return f"{where}: {best['variant']} {verb[0]} as fast as {baseline}, the same within noise ({ratio}{lvl}){acc}."
-    if verdict == "same":
-        return (f"{where}: no variant {verb[0]} faster than {baseline}; the best, {best['variant']}, is the same "
-                f"within noise ({ratio}{lvl}){acc}.")
-    if verdict in ("slower", "worse"):
-        return (f"{where}: {best['variant']} {verb[0]} slower{lvl} than {baseline}, {ratio}{acc}." if alone else
-                f"{where}: every variant {verb[0]} slower{lvl} than {baseline}; the closest, {best['variant']}, "
-                f"{ratio}{acc}.")
-    if verdict == "inconclusive":
-        return (f"{where}: {best['variant']} {verb[0]} at {ratio}{lvl} against {baseline}, inconclusive: "
-                f"{best.get(f'{label}_note') or 'one run a side'}{acc}.")
-    return f"{where}: {best['variant']} {verb[0]} fastest, {ratio} {baseline}'s (no interval){acc}."
-
-
-def variants(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
-    """Per device and model: the variant that trains fastest and the one that answers fastest, against the default."""
-    table = variant_speedups(df, reader)
-    if table.empty:
-        return []
-    table = table.assign(device=device_label(table))
-    lines = []
-    for (device, model, batch), grp in table.groupby(["device", "model", "batch_size"], sort=True):
-        others = grp[grp["variant"] != grp["baseline"]]
-        if others.empty:
-            continue
-        baseline = grp["baseline"].iloc[0]
-        for column, label, verb in (("train_throughput_ratio", "train_throughput", ("trains", "train")),
-                                    ("latency_speedup_bs1", "latency_bs1", ("answers one image", "answer one image"))):
-            ranked = others[pd.to_numeric(others[column], errors="coerce").notna()]
-            if ranked.empty:
-                continue
-            best = ranked.loc[pd.to_numeric(ranked[column]).idxmax()]
-            lines.append(_variant_claim(f"{model} on {device} (bs{int(batch)})", best, label, verb, str(baseline),
-                                        alone=len(others) == 1))
-        slower = others[others["train_throughput_verdict"] == "slower"]
-        if len(others) > 1 and not slower.empty:  # each with its own ratio and interval (one variant: said above)
-            each = "; ".join(f"{r['variant']} {r['train_throughput']}" for _, r in slower.iterrows())
-            lines.append(f"{model} on {device} (bs{int(batch)}) trains slower than {baseline} with: {each}.")
+                                 f" on {device}", _accuracy, ACCURACY, family=family))
     return lines
 
 
@@ -276,7 +219,7 @@ def _like(rows: pd.DataFrame, like: pd.DataFrame, keys: Sequence[str] = KNOBS) -
     return rows
 
 
-def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
+def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None, family: int = 1) -> list[str]:
     """Per device, model and variant with several batch sizes: the best against the smallest; what failed."""
     good = measured_rows(df)
     if good.empty:
@@ -300,51 +243,11 @@ def batch_sizes(df: pd.DataFrame, reader: SampleReader | None = None) -> list[st
         if other.empty:
             continue
         text = _versus(other, smallest, "train_samples_per_s", reader, lambda r: f"bs{int(r['batch_size'].iloc[0])}",
-                       ("trains", "train"), where, _samples_per_s)[:-1]
+                       ("trains", "train"), where, _samples_per_s, family=family)[:-1]
         failed = df[(df["status"].isin(["oom", "unstable", "failed"])) & (df["model"] == model)
                     & (df["variant"] == variant)]
         failed = failed[device_label(failed) == device] if not failed.empty else failed
         if not failed.empty:
             text += "; " + ", ".join(f"bs{int(b)} {s}" for b, s in zip(failed["batch_size"], failed["status"]))
         lines.append(text + ".")
-    return lines
-
-
-def _count(n: Any, word: tuple[str, str]) -> str:
-    return f"{int(n)} {word[0] if int(n) == 1 else word[1]}"
-
-
-def _scaling_comparison(row: pd.Series) -> Comparison:
-    """A scaling table's row (its knob's value against the smallest) as the comparison it holds."""
-    return Comparison(float(row["speedup"]), float(row["ci_low"]), float(row["ci_high"]), float("nan"),
-                      str(row["verdict"]), 0, 0, level=str(row.get("level") or ""), note=str(row.get("note") or ""))
-
-
-def scaling(df: pd.DataFrame, reader: SampleReader | None = None) -> list[str]:
-    """Threads, DataLoader workers and data-parallel processes: the best value against the smallest."""
-    lines = []
-    words = {"threads": ("thread", "threads"), "num_workers": ("DataLoader worker", "DataLoader workers"),
-             "world_size": ("process", "processes")}
-    for knob, word in words.items():
-        table = scaling_table(df, knob, reader)
-        if table.empty:
-            continue
-        table = table.assign(device=device_label(table))
-        for (device, model, batch), grp in table.groupby(["device", "model", "batch_size"], sort=True):
-            if grp[knob].nunique() < 2:  # one value measured here: nothing to compare it with
-                continue
-            base = grp.loc[grp[knob].idxmin()]
-            best = grp.loc[pd.to_numeric(grp["train_samples_per_s"]).idxmax()]
-            where = f" for {model} on {device} (bs{int(batch)})"
-            first, second = best, base  # the best against the smallest, or the smallest against the most
-            c = _scaling_comparison(best)
-            if best[knob] == base[knob]:
-                first, second = base, grp.loc[grp[knob].idxmax()]
-                c = inverted(_scaling_comparison(second))
-            verb = ("trains", "train") if int(first[knob]) == 1 else ("train", "train")
-            text = _claim(_count(first[knob], word), _count(second[knob], word), verb, where, c,
-                          _throughput(first["train_samples_per_s"]), _throughput(second["train_samples_per_s"]))
-            top = best if best[knob] != base[knob] else second
-            lines.append(text[:-1] + f"; parallel efficiency of {_count(top[knob], word)}: "
-                         f"{fmt.percent_text(top['parallel_efficiency'])}.")
     return lines

@@ -14,6 +14,7 @@ from ..tables.explain import COVERAGE_RANGE, WHAT, Explanation, causes, part_nam
 from ..tables.explain_rows import Explained
 from ..words import fmt
 from .claims import unsupported
+from .work import bound_text
 
 
 def _roof_words(part: dict[str, Any]) -> str:
@@ -28,10 +29,12 @@ def _roof_words(part: dict[str, Any]) -> str:
     fa, fb = part["roof_fraction_a"], part["roof_fraction_b"]
     where = (f", {fmt.percent_text(fb, 2)} of the roof in B against {fmt.percent_text(fa, 2)} in A"
              if all(isinstance(f, float) and math.isfinite(f) for f in (fa, fb)) else "")
-    if bound_a == bound_b:
-        return f"{bound_a}-bound on both sides{where}"
-    side = {"A": bound_a, "B": bound_b}
-    return ", ".join(f"{w}-bound in {k}" if w else f"on no roof in {k}" for k, w in side.items()) + where
+    word_a, word_b = (bound_text(b, f if isinstance(f, float) else None) if b else None
+                      for b, f in ((bound_a, fa), (bound_b, fb)))
+    if word_a == word_b:
+        return f"{word_a} on both sides{where}"
+    side = {"A": word_a, "B": word_b}
+    return ", ".join(f"{w} in {k}" if w else f"on no roof in {k}" for k, w in side.items()) + where
 
 
 def _interval(part: dict[str, Any]) -> str:

@@ -58,8 +58,11 @@ def precision_sentences(df: pd.DataFrame, reader: SampleReader | None = None) ->
     top causes of the difference follow when both sides were timed layer by layer, or the way to time them."""
     reader = reader or SampleFiles()
     lines = []
-    for where, fp16, bf16 in amp_pairs(measured_rows(df)):
-        c = compare_rows(bf16, fp16, "train_samples_per_s", reader)  # ratio > 1: bf16 trains more samples a second
+    pairs = amp_pairs(measured_rows(df))
+    family = max(1, len(pairs))  # every pair's verdict (and the split it rests on) corrected together
+    for where, fp16, bf16 in pairs:
+        # ratio > 1: bf16 trains more samples a second
+        c = compare_rows(bf16, fp16, "train_samples_per_s", reader, family=family)
         ratio = fmt.ratio_text(c.ratio, c.ci_low, c.ci_high)
         level = f" ({c.level})" if c.level else ""
         if c.verdict == "slower":
@@ -73,7 +76,7 @@ def precision_sentences(df: pd.DataFrame, reader: SampleReader | None = None) ->
         else:
             lines.append(f"{where}: bf16 against fp16, {ratio}{level}: {c.verdict} ({c.note or c.verdict}).")
             continue
-        found = explain_sides(where, fp16, bf16, reader=reader).training
+        found = explain_sides(where, fp16, bf16, reader=reader, family=family).training
         if found is not None and found.explained:
             lines += [f"{where}, bf16 less fp16, {text}" for text in cause_sentences(found, top=3)]
         elif found is None:

@@ -6,6 +6,7 @@ below it; the fraction of roof is the achieved FLOP/s over the roof at that inte
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,18 @@ def bound(intensity: float | None, peak_flops_per_s: float | None, bandwidth_byt
     return "compute" if intensity >= peak_flops_per_s / bandwidth_bytes_per_s else "memory"
 
 
+FAR_UNDER_ROOF = 0.10  # under this share of the roof at its intensity, neither roof is what limits a workload
+
+
+def bound_text(kind: str | None, fraction: float | None) -> str:
+    """'compute-bound' (memory-, cache-), or 'far under both roofs' where the workload reaches under
+    ``FAR_UNDER_ROOF`` of the roof at its intensity: its time goes to what neither roof models (waits,
+    per-call costs), so naming the nearer roof would say more than the numbers hold."""
+    if fraction is not None and math.isfinite(fraction) and fraction < FAR_UNDER_ROOF:
+        return "far under both roofs"
+    return f"{kind}-bound"
+
+
 def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
     peak = finite_float(row.get("roof_peak_flops_per_s"))
     bandwidth = finite_float(row.get("roof_bandwidth_bytes_per_s"))
@@ -40,7 +53,7 @@ def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
         return None
     dtype = str(row.get("roof_dtype") or "")
     text = (f"{row['model']} on {row['device']} (bs{int(row['batch_size'])}, {row['variant']}) trains "
-            f"{kind}-bound: {fmt.significant(intensity)} FLOP/byte against a ridge at "
+            f"{bound_text(kind, fraction)}: {fmt.significant(intensity)} FLOP/byte against a ridge at "
             f"{fmt.significant(peak / bandwidth)}, reaching {fmt.percent_text(fraction)} of its {dtype} roof "
             f"({fmt.flops_text(row.get('achieved_train_flops_per_s'))} of "
             f"{fmt.flops_text(row.get('train_roof_flops_per_s'))}){spread}")
@@ -48,7 +61,8 @@ def _placement(row: Mapping[str, Any], spread: str = "") -> str | None:
     infer_intensity = finite_float(row.get("arithmetic_intensity"))
     infer_kind = bound(infer_intensity, peak, bandwidth)
     if infer_fraction is not None and infer_kind is not None:
-        text += f"; inference is {infer_kind}-bound at {fmt.percent_text(infer_fraction)} of its roof"
+        text += (f"; inference is {bound_text(infer_kind, infer_fraction)} at {fmt.percent_text(infer_fraction)} "
+                 "of its roof")
     return text + "."
 
 
@@ -137,7 +151,8 @@ def layer_sentences(reports: Sequence[Mapping[str, Any]], groups: int = 2) -> li
         parts = []
         for g in layer_tables.by_kind(table).head(groups).itertuples():
             of_phase = g.time_s / phase_s[g.phase] if phase_s.get(g.phase) else None
-            parts.append(f"{g.kind} {PHASE_WORDS.get(g.phase, g.phase)} ({g.layers} layer(s), {g.bound}-bound) takes "
+            parts.append(f"{g.kind} {PHASE_WORDS.get(g.phase, g.phase)} ({g.layers} layer(s), "
+                         f"{bound_text(g.bound, finite_float(g.roof_fraction))}) takes "
                          f"{fmt.percent_text(of_phase)} of the {PHASE_WORDS.get(g.phase, g.phase)} at "
                          f"{fmt.percent_text(g.roof_fraction)} of its roof")
         coverage = finite_float(r.get("coverage"))

@@ -127,7 +127,7 @@ def variant_speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> pd
         base_rows = base_rows[base_rows["variant"] == baseline]
         for variant, rows in grp.groupby("variant", sort=False):
             rec: dict[str, Any] = {"machine": keys[0], "hardware": keys[1], "model": keys[2], "batch_size": keys[3],
-                                   "variant": variant, "baseline": baseline}
+                                   "variant": variant, "baseline": baseline, "family": family}
             for column, (metric, label) in VARIANT_RATIOS.items():
                 if variant == baseline:  # the baseline is the unit, not a comparison with itself
                     rec.update({column: 1.0, f"{label}_verdict": "baseline", f"{label}_level": "",

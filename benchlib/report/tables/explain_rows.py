@@ -69,8 +69,12 @@ def _batch_sizes(side_a: pd.DataFrame, side_b: pd.DataFrame) -> tuple[int, int] 
 
 
 def explain_sides(label: str, side_a: pd.DataFrame, side_b: pd.DataFrame, *, reader: SampleReader | None = None,
-                  threshold: float = PRACTICAL_THRESHOLD) -> Explained:
-    """B's rows against A's, training step and batch-1 forward each explained where both sides have runs."""
+                  threshold: float = PRACTICAL_THRESHOLD, family: int = 1) -> Explained:
+    """B's rows against A's, training step and batch-1 forward each explained where both sides have runs.
+
+    ``family``: the comparisons of the table the explanation stands under (a ``diff``, a variant table). The
+    verdict a split rests on is taken at that table's level, so identical sides get a split (and a part named a
+    cause) in at most ALPHA of tables, as the table's own claims are."""
     reader = reader or SampleFiles()
     files_a, missing_a = layer_files_of(side_a)
     files_b, missing_b = layer_files_of(side_b)
@@ -84,7 +88,8 @@ def explain_sides(label: str, side_a: pd.DataFrame, side_b: pd.DataFrame, *, rea
         runs_a, runs_b = _runs(files_a, inference, bs_a), _runs(files_b, inference, bs_b)
         if not runs_a or not runs_b:
             continue
-        verdict = compare_rows(side_b, side_a, VERDICT_METRICS[metric], reader, threshold=threshold).verdict
+        verdict = compare_rows(side_b, side_a, VERDICT_METRICS[metric], reader, threshold=threshold,
+                               family=family).verdict
         floor = noise_floor_pct(side_a, side_b, VERDICT_METRICS[metric], reader)
         e = explain(runs_a, runs_b, metric=metric, verdict=verdict,
                     floor_pct=floor if min(len(runs_a), len(runs_b)) < MIN_RUNS else float("nan"))
@@ -96,10 +101,10 @@ def explain_sides(label: str, side_a: pd.DataFrame, side_b: pd.DataFrame, *, rea
 
 
 def explain_folders(a: Path, b: Path, ignore: list[str] | tuple[str, ...] = (),
-                    threshold: float = PRACTICAL_THRESHOLD) -> list[Explained]:
-    """Every configuration both folders measured, explained (``diff --explain``)."""
+                    threshold: float = PRACTICAL_THRESHOLD, family: int = 1) -> list[Explained]:
+    """Every configuration both folders measured, explained (``diff --explain``, ``family``: its table's)."""
     reader = SampleFiles()
-    return [explain_sides(label, side_a, side_b, reader=reader, threshold=threshold)
+    return [explain_sides(label, side_a, side_b, reader=reader, threshold=threshold, family=family)
             for label, side_a, side_b in paired(a, b, ignore) if not side_a.empty and not side_b.empty]
 
 
