@@ -64,10 +64,14 @@ def test_memory_is_the_peak_above_baseline_cuda_on_gpu_rows():
     assert "CUDA allocated" in headline.memory_label(df) and "CUDA" not in headline.memory_label(df.iloc[:1])
 
 
-def test_seeds_of_one_configuration_are_one_line_with_their_median_and_count():
-    rows = [_row(f"a__seed{i}", train_samples_per_s=v) for i, v in enumerate((100.0, 200.0, 300.0))]
+def test_seeds_of_one_configuration_are_one_line_with_their_figure_and_count():
+    """Throughput is the figure every comparison divides (the geometric mean over the runs), other figures the
+    median over the seeds."""
+    rows = [_row(f"a__seed{i}", train_samples_per_s=v, latency_ms_p50=v / 100) for i, v in
+            enumerate((100.0, 200.0, 300.0))]
     t = headline.headline_table(pd.DataFrame(rows)).table
-    assert len(t) == 1 and t.iloc[0]["runs"] == 3 and t.iloc[0]["train (samples/s)"] == "200"
+    assert len(t) == 1 and t.iloc[0]["runs"] == 3 and t.iloc[0]["train (samples/s)"] == "182"  # (100*200*300)^(1/3)
+    assert t.iloc[0]["latency p50 (ms)"] == "2.00"
 
 
 def test_flags_column_only_when_a_row_is_flagged():

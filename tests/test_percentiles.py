@@ -197,6 +197,10 @@ def test_a_busy_hosts_percentile_reaches_the_headline_marked_not_withheld():
     rows = pd.DataFrame([{"latency_ms_p50": 9.9, "latency_ms_p50_status": "wide interval (80% of the value > 50%)"}])
     shown, why = headline._cell(rows, "latency_ms_p50", fmt.ms_text)
     assert shown == "9.90 ms (wide interval)" and why is None
+    from benchlib.report.display.show import WIDE_STYLE, table_html
+
+    page = table_html(pd.DataFrame({"latency": [shown, "5.00 ms"]}), text=True)
+    assert page.count(WIDE_STYLE) == 1, "the wide figure is greyed on the page, the quiet one is not"
     heavy = Samples.of(np.random.default_rng(1).pareto(1.0, 400) + 1.0)
     row = percentile_columns("latency_ms", heavy)
     assert row["latency_ms_p99"] > 0 and row["latency_ms_p99_status"].startswith("wide interval")

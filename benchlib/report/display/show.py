@@ -22,6 +22,7 @@ TABLE_STYLE = [
 ]
 
 
+WIDE_STYLE = "color: #888;"  # a figure given with a wide interval (``fmt.WIDE``)
 _NUMBER_TEXT = re.compile(r"^(-?[\d.,]+(\s\S+)?(\s\[.*)?|\u2013)$")
 
 
@@ -38,7 +39,8 @@ def styled(df: pd.DataFrame, *, text: bool = False) -> Any:
     styler = cells.style.hide(axis="index").set_table_styles(TABLE_STYLE)
     if right:
         styler = styler.set_properties(subset=right, **{"text-align": "right !important"})
-    return styler
+    # a busy host's figure is given, marked and greyed: less sure than a quiet host's, never withheld
+    return styler.map(lambda v: WIDE_STYLE if f"({fmt.WIDE})" in str(v) else "")
 
 
 def table_html(df: pd.DataFrame, *, text: bool = False) -> str:

@@ -90,7 +90,9 @@ def results(df: pd.DataFrame) -> None:
     if table.table.empty:
         display(Markdown("*No configuration produced a measurement.*"))
         return
-    display(Markdown(f"One line per configuration. Training and inference throughput at the working batch; "
+    display(Markdown(f"One line per configuration. Training and inference throughput at the working batch (the "
+                     "batch over each run's median step, geometric mean over the runs: the figure every comparison "
+                     "divides); "
                      f"latency of one image (batch 1); {headline.memory_label(df)}; energy per training sample."))
     display(show.table(table.table, text=True))
     if table.notes:

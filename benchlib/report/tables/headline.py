@@ -8,6 +8,7 @@ rounding rule. A missing figure is an en dash, and why it is missing is said und
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from ...store.rows import flag_mask
-from ..evidence.samples import NOISE_FLAGS
+from ..evidence.samples import NOISE_FLAGS, SampleFiles, SampleReader, figure
 from ..evidence.selection import column_median, config_key, device_label, ok_rows
 from ..words import fmt
 
@@ -35,6 +36,9 @@ REASONS = {"train_energy_j_per_sample": "train_energy_unmeasurable"}
 PERCENTILE_STATUS = {"latency_ms_p50": "latency_ms_p50_status", "latency_ms_p99": "latency_ms_p99_status"}
 # figures shown with their 95% interval: row column -> (low, high) columns, each the median over seeds
 INTERVALS = {"test_accuracy": ("test_accuracy_ci_low", "test_accuracy_ci_high")}
+# throughputs shown as every comparison takes them (``samples.figure``: the batch over each run's median step,
+# geometric mean over the runs), so a ratio printed elsewhere divides out from the headline's figures
+AS_COMPARED = ("train_samples_per_s", "infer_samples_per_s")
 
 
 def memory_above_baseline(df: pd.DataFrame) -> pd.Series:
@@ -100,8 +104,10 @@ def _refused(rows: pd.DataFrame, column: str) -> str | None:
     return next((str(s) for s in rows[status] if fmt.percentile_reason(s) is not None), None)
 
 
-def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str]) -> tuple[str, str | None]:
-    """A figure's cell (the median over the configuration's runs) and, when it has no value, why.
+def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str],
+          reader: SampleReader | None = None) -> tuple[str, str | None]:
+    """A figure's cell (the median over the configuration's runs; a throughput as compared, ``AS_COMPARED``)
+    and, when it has no value, why.
 
     A percentile that any run refused is shown as refused, with its reason: a median over the runs that
     did publish it would be a figure from fewer runs than the line claims.
@@ -109,7 +115,8 @@ def _cell(rows: pd.DataFrame, column: str, text: Callable[[Any], str]) -> tuple[
     refused = _refused(rows, column)
     if refused is not None:
         return fmt.percentile_text(None, refused), refused
-    value = column_median(rows, column)
+    value = figure(rows, column, reader or SampleFiles()) if column in AS_COMPARED else math.nan
+    value = value if math.isfinite(value) else column_median(rows, column)
     if column in INTERVALS:
         low, high = (column_median(rows, c) for c in INTERVALS[column])
         shown = fmt.accuracy_text(value, low, high)
@@ -134,12 +141,14 @@ def _notes(missing: dict[str, dict[str, int]], total: int, empty: list[str]) -> 
     return notes
 
 
-def headline_table(df: pd.DataFrame,
-                   columns: Mapping[str, tuple[str, Callable[[Any], str]]] = HEADLINE) -> Headline:
-    """One line per configuration (the median over its seeds), in human units; sorted by model, device, variant.
+def headline_table(df: pd.DataFrame, columns: Mapping[str, tuple[str, Callable[[Any], str]]] = HEADLINE,
+                   reader: SampleReader | None = None) -> Headline:
+    """One line per configuration (the median over its seeds; throughputs as compared, ``AS_COMPARED``), in
+    human units; sorted by model, device, variant.
 
     ``columns``: shown name -> (row column, formatter), the summary's dozen figures unless told otherwise.
     """
+    reader = reader or SampleFiles()
     good = ok_rows(df) if not df.empty else df
     if good.empty:
         return Headline(pd.DataFrame())
@@ -157,7 +166,7 @@ def headline_table(df: pd.DataFrame,
         if seeds:
             rec["runs"] = len(rows)
         for shown, (column, text) in columns.items():
-            rec[shown], why = _cell(rows, column, text)
+            rec[shown], why = _cell(rows, column, text, reader)
             if why is not None:
                 reasons = missing.setdefault(shown, {})
                 reasons[why] = reasons.get(why, 0) + 1
