@@ -36,6 +36,8 @@ _API: dict[str, str] = {
     # one call on any model
     "benchmark": "benchlib.pipeline.own_model", "compare": "benchlib.pipeline.compare",
     "register_model": "benchlib.nets.user_models",
+    # a machine you do not have, from its ceilings
+    "predict": "benchlib.pipeline.predict",
     # measure and record
     "measure": "benchlib.run.measure", "Measurement": "benchlib.run.measurement",
     "measured_row": "benchlib.run.columns", "record": "benchlib.run.record",
@@ -71,6 +73,7 @@ __all__ = [
     "page_line",
     "parse_search_space",
     "parse_variant",
+    "predict",
     "read_results",
     "record",
     "record_layers",
@@ -89,6 +92,7 @@ if TYPE_CHECKING:
     from .nets.user_models import register_model
     from .pipeline.compare import compare
     from .pipeline.own_model import benchmark
+    from .pipeline.predict import predict
     from .pipeline.study import run_study
     from .roofline.ceilings import measure_ceilings
     from .roofline.measured import Ceilings

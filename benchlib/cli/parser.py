@@ -230,8 +230,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
     p.add_argument("--repeats", type=int, default=5, metavar="N", help="repeats per figure, >= 3 (median kept)")
     p.add_argument("--results-dir", help="save the ceilings under RESULTS_DIR/ceilings/ for the summary")
+    p.add_argument("--threads", type=int, metavar="N", help="intra-op CPU threads the roofs are measured with "
+                   "(default: the CPUs this process may use): a target of `benchlib predict` with N threads")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_command("single", "cmd_roofline"))
+
+    p = _sub(sub, "predict", "how a results folder's configurations would train and answer on another machine, "
+             "from their per-layer tables and that machine's ceilings")
+    p.add_argument("results", help="a results folder with per-layer tables (layers: true, or benchlib layers)")
+    p.add_argument("--on", required=True, metavar="TARGET", help="the target's ceilings file (`benchlib roofline "
+                   "--results-dir DIR` there, DIR/ceilings/*.json copied here) or MACHINE[:DEVICE] of the machine "
+                   "cache")
+    p.add_argument("--device", help="the target's device type, checked against its ceilings (cpu, cuda, mps)")
+    p.add_argument("--parts", action="store_true", help="also print each configuration's parts, largest first")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_command("results", "cmd_predict"))
 
     p = _sub(sub, "calibrate", "measure this machine's run-to-run noise floor: one small configuration in fresh "
              "processes, so comparisons of one run a side claim only differences beyond it")

@@ -117,6 +117,34 @@ def _explained(folders: list[Path], ignore: list[str], threshold: float, family:
     return explain_folders(folders[0], folders[1], ignore, threshold, family=family)
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    """Each configuration's training step, throughput and batch-1 latency on the target, with 90% intervals."""
+    from ..pipeline.predict import predict
+    from ..report.words import fmt
+    from ..roofline.predict import METHOD
+
+    table = predict(Path(args.results), args.on, device=args.device)
+    if args.json:
+        print(json_text({"method": METHOD, "rows": table.to_dict("records"),
+                         "parts": {k: v.to_dict("records") for k, v in table.attrs["parts"].items()}}))
+        return 0
+    print(f"predicted on {table['target'].iloc[0]} (90% intervals). Method: {METHOD}.")
+    for (model, hardware, batch, variant), grp in table.groupby(["model", "hardware", "batch_size", "variant"],
+                                                                 sort=False):
+        print(f"{model} {hardware} bs{batch} {variant} ({int(grp['runs'].iloc[0])} run(s) measured):")
+        for r in grp.to_dict("records"):
+            print(f"  {r['figure']:20s} measured {fmt.significant(r['measured'])} {r['unit']}, predicted "
+                  f"{fmt.significant(r['predicted'])} [{fmt.significant(r['low'])}, {fmt.significant(r['high'])}]")
+        print(f"  weakest: {grp['weakest'].iloc[0]}")
+    if args.parts:
+        for label, parts in table.attrs["parts"].items():
+            print(f"\n{label}, largest first:")
+            for p in parts.head(10).to_dict("records"):
+                print(f"  {p['layer']} {p['phase']} ({p['op_kind']}): {fmt.seconds_text(p['measured_s'])} x "
+                      f"{p['scale']:.3g} = {fmt.seconds_text(p['predicted_s'])} ({p['share']:.1%})")
+    return 0
+
+
 def cmd_check_pages(args: argparse.Namespace) -> int:
     """Each published page as a reader's browser shows it: images loaded, tables within the window, no empty cell
     words, a real title, local links that resolve; a screenshot of each kept where asked. Exit 1 on a problem."""

@@ -276,6 +276,12 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     device = _device_argument(args.device)
     if args.repeats < 3:
         raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
+    if args.threads is not None:
+        if not 1 <= args.threads <= 1024:
+            raise ConfigError(f"command line: --threads {args.threads}; allowed: integers from 1")
+        import torch
+
+        torch.set_num_threads(args.threads)
     messages.info(f"measuring {device} ceilings ({args.repeats} repeats per figure)")
     ceilings = measure_ceilings(device, repeats=args.repeats)
     if args.results_dir:

@@ -1,0 +1,142 @@
+"""How a study's configurations would run on a machine it did not run on: ``benchlib predict`` and
+``benchlib.predict``, reading the study's per-layer files and both machines' ceilings (``roofline.predict``).
+
+The target is a ceilings file measured there by ``benchlib roofline`` (copied here: nothing else runs on the
+target) or a machine of the machine cache. Every configuration with per-layer files (``layers: true``, or
+``benchlib layers``) gets its training step, throughput and batch-1 latency on the target, each with its 90%
+interval, its parts under ``.attrs["parts"]``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError
+from ..instruments.run_to_run import floor_groups, log_spread
+from ..report.readback.layers import configurations, load_layer_reports, median_run
+from ..roofline.measured import Ceilings, load_ceilings, read_ceilings
+from ..roofline.predict import METHOD, PredictError, Prediction
+from ..roofline.predict import predict as predict_parts
+from ..store.machine_cache import machine_cache
+from ..store.noise_floor import load_noise_floors
+
+COLUMNS = ("machine", "target", "model", "hardware", "batch_size", "variant", "figure", "measured", "predicted",
+           "low", "high", "unit", "runs", "method", "weakest")
+MEASURE_TARGET = "ceilings: run `benchlib roofline --results-dir DIR` on the target and copy DIR/ceilings/*.json here"
+
+
+def target_ceilings(on: str | Path) -> Ceilings:
+    """The target's ceilings: a ceilings file, or a machine (``MACHINE`` or ``MACHINE:DEVICE``) of the machine
+    cache. ConfigError naming the command that measures it where there is none, or the file is not one."""
+    path = Path(on)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"--on {on}: no such ceilings file; make one with {MEASURE_TARGET}")
+        try:
+            return read_ceilings(path)
+        except (OSError, ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--on {on}: not a benchlib ceilings file ({exc}); make one with {MEASURE_TARGET}") \
+                from None
+    machine, _, device = str(on).partition(":")
+    cache = machine_cache()
+    known = load_ceilings([cache.root]) if cache.root.is_dir() else []
+    for c in known:
+        if c.machine == machine and (not device or c.device == device):
+            return c
+    names = sorted({f"{c.machine}:{c.device}" for c in known}) or ["none yet"]
+    raise ConfigError(f"--on {on}: not a ceilings file, nor a machine of the machine cache ({', '.join(names)}); "
+                      f"allowed: a path to a ceilings file ({MEASURE_TARGET})")
+
+
+def _source(folder: Path, report: dict[str, Any]) -> Ceilings:
+    """The ceilings the per-layer file was measured against: its folder's for its machine and device."""
+    device = str(report.get("hardware") or report.get("device") or "cpu").split(":")[0]
+    for c in load_ceilings([folder]):
+        if c.machine == str(report.get("machine")) and c.device == device:
+            return c
+    raise ConfigError(f"{folder}: no ceilings of machine {report.get('machine')} ({device}) beside its per-layer "
+                      f"files; measure them with `benchlib roofline --results-dir {folder}` on that machine")
+
+
+def _run_log_sd(runs: list[dict[str, Any]], folder: Path, key: str) -> float:
+    """The source's run-to-run spread of a whole (the log's SD): between its runs, else its noise floor."""
+    steps = [s for r in runs if (s := _whole_s(r, key)) > 0]
+    if len(steps) >= 2:
+        return float(np.log(steps).std(ddof=1))
+    metric = "train_step_s" if key == "training" else "latency_ms_p50"
+    sd, df = log_spread(floor_groups(load_noise_floors([folder]), metric))
+    return sd if df >= 1 else math.nan
+
+
+def _whole_s(report: dict[str, Any], key: str) -> float:
+    part = report if key == "training" else (report.get("inference") or {})
+    value = part.get("step_s")
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else math.nan
+
+
+def _rows(report: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    if key == "training":
+        table = report.get("table")
+        return table.to_dict("records") if isinstance(table, pd.DataFrame) else list(report.get("layers") or [])
+    return list((report.get("inference") or {}).get("layers") or [])
+
+
+def predict(results: str | Path, on: str | Path | Ceilings, device: str | None = None) -> pd.DataFrame:
+    """Every configuration of ``results`` with per-layer files, predicted on ``on``: one row per configuration
+    and figure (training step, training throughput, batch-1 latency), ``COLUMNS``; the parts under
+    ``.attrs["parts"]`` ({label: DataFrame}). ``device``: the target's device type where the caller names it
+    (refused where its ceilings say another). ConfigError naming what is missing and the command that makes it."""
+    folder = Path(results)
+    if not folder.is_dir():
+        raise ConfigError(f"{folder}: no such results folder; allowed: a folder benchlib wrote, e.g. results/default")
+    target = on if isinstance(on, Ceilings) else target_ceilings(on)
+    if device is not None and target.device != device.split(":")[0]:
+        raise ConfigError(f"--on {on}: its ceilings are of device {target.device}, not {device}; measure the target "
+                          f"with `benchlib roofline --device {device} --results-dir DIR` there")
+    reports = load_layer_reports([folder])
+    if not reports:
+        raise ConfigError(f"{folder}: no per-layer tables to predict from; measure them with `layers: true` in the "
+                          "study, or `benchlib layers --results-dir ...` for one configuration")
+    rows: list[dict[str, Any]] = []
+    parts: dict[str, pd.DataFrame] = {}
+    for runs in configurations(reports):
+        report = dict(median_run(runs))
+        source = _source(folder, report)
+        dtype = str(report.get("roof_dtype") or "fp32")
+        batch = int(report.get("batch_size") or 1)
+        label = f"{report.get('model')} {report.get('hardware')} bs{batch} {report.get('variant')}"
+        for key, what in (("training", "training step"), ("inference", "batch-1 forward")):
+            table, whole = _rows(report, key), _whole_s(report, key)
+            if not table or not whole > 0:
+                continue
+            try:
+                p = predict_parts(table, whole, dtype=dtype, source=source, target=target, what=what,
+                            run_log_sd=_run_log_sd(list(runs), folder, key))
+            except PredictError as exc:
+                raise ConfigError(f"{target.path or target.machine}: {exc}; measure it with `benchlib roofline "
+                                  f"--results-dir DIR` on the target (this benchlib's ceilings hold every kind)") \
+                    from None
+            parts[f"{label}: {what}"] = p.parts
+            rows += _figures(p, report, target, batch, len(runs))
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out.attrs["parts"] = parts
+    return out
+
+
+def _figures(p: Prediction, report: dict[str, Any], target: Ceilings, batch: int, runs: int) -> list[dict[str, Any]]:
+    """A prediction's rows: a step as seconds and as throughput (samples/s), a forward as batch-1 latency (ms)."""
+    base = {"machine": report.get("machine"), "target": f"{target.machine}:{target.device}",
+            "model": report.get("model"), "hardware": report.get("hardware"), "batch_size": batch,
+            "variant": report.get("variant"), "runs": runs, "method": METHOD, "weakest": p.weakest}
+    w = p.whole
+    if p.what == "training step":
+        return [{**base, "figure": "train_step_s", "measured": w.measured, "predicted": w.value, "low": w.low,
+                 "high": w.high, "unit": "s"},
+                {**base, "figure": "train_samples_per_s", "measured": batch / w.measured, "predicted": batch / w.value,
+                 "low": batch / w.high, "high": batch / w.low, "unit": "samples/s"}]
+    return [{**base, "figure": "latency_ms_p50", "measured": w.measured * 1e3, "predicted": w.value * 1e3,
+             "low": w.low * 1e3, "high": w.high * 1e3, "unit": "ms"}]

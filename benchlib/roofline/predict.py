@@ -1,0 +1,172 @@
+"""A configuration's step on a machine it did not run on: its per-layer table carried to another machine's roofs.
+
+The method, in the sentence every prediction prints (``METHOD``): each part of the measured step (a layer's
+forward or backward, the optimizer's step, what no layer holds) keeps the efficiency it reached here against
+its own kind's roof (conv3x3, conv1x1, depthwise, matmul, or the bandwidth of elementwise work in cache or
+DRAM), and meets the target's roof of that kind. A part's predicted time is its measured time times the target's
+roof time for its work over this machine's; a part with no counted work (the wait for the batch) carries over
+unchanged, which is where a prediction is weakest (per-call costs: launches, Python, the framework, are taken
+to be the same). The whole is the plain measured step times the parts' predicted sum over their measured sum,
+so the instrument's own cost (what timing layer by layer adds) cancels out.
+
+Its 90% interval is log-normal, from three spreads added in quadrature: the source's run-to-run spread of the
+step (its runs, or the machine's noise floor; unknown with one run and no floor, and then said), the roofs'
+own (each kind's IQR over median, on both machines, weighted by the time its parts are predicted to take), and
+the method's (``METHOD_LOG_SD``: how far predictions of this kind missed measurements, from
+``benchmarks/predict_check.py``). Pure: ceilings and per-layer files are read by the caller.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..spec.vocab import COMPUTE_KINDS, TIMING_LAYER
+from .layers import roof_time_s
+from .measured import Ceilings
+
+METHOD = ("each part keeps the efficiency it reached here against its own kind's roof and meets the target's "
+          "roof of that kind; parts with no counted work carry over unchanged")
+# The method's own error as the log's standard deviation: the spread of log(predicted / measured) over
+# benchmarks/predict_check.py's targets (docs/prediction.md), not counting what the other two spreads hold.
+METHOD_LOG_SD = 0.08
+Z90 = 1.6448536269514722  # the two-sided 90% normal quantile
+IQR_TO_SD = 1.349  # a normal's interquartile range in standard deviations
+PART_COLUMNS = ("layer", "phase", "op_kind", "measured_s", "scale", "predicted_s", "share")
+
+
+class PredictError(ValueError):
+    """A prediction that cannot be made from these inputs: the message names what is missing and what makes it."""
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """One figure on the target: ``value`` with its 90% interval, and what it was carried from."""
+
+    value: float
+    low: float
+    high: float
+    measured: float  # the same figure where it was measured (the source machine)
+
+    @property
+    def ratio(self) -> float:
+        """The target's figure over the measured one (a time: > 1 is slower there)."""
+        return self.value / self.measured if self.measured > 0 else math.nan
+
+
+@dataclass
+class Prediction:
+    """A per-layer file's step (``training``) or batch-1 forward (``inference``) predicted on a target."""
+
+    what: str  # "training step" or "batch-1 forward"
+    whole: Predicted
+    parts: pd.DataFrame  # PART_COLUMNS, largest predicted first
+    log_sd: dict[str, float]  # the interval's spreads: runs, roofs, method (NaN: unknown)
+    weakest: str  # where the prediction rests most on assumption, in words
+    notes: list[str] = field(default_factory=list)
+
+
+def needed_roofs(rows: Sequence[Mapping[str, Any]], dtype: str) -> list[str]:
+    """The roofs a per-layer table's parts meet: the dtype's peak and each compute kind a part with FLOPs has."""
+    kinds = sorted({str(r.get("op_kind")) for r in rows if _number(r.get("flops")) > 0
+                    and str(r.get("op_kind")) in COMPUTE_KINDS})
+    return [f"{dtype} peak", *(f"{k} {dtype}" for k in kinds)]
+
+
+def missing_roofs(target: Ceilings, rows: Sequence[Mapping[str, Any]], dtype: str) -> list[str]:
+    """The roofs ``needed_roofs`` names that ``target`` did not measure (empty: it can take the prediction)."""
+    out = []
+    if not target.peak_flops_per_s.get(dtype):
+        out.append(f"{dtype} peak")
+    for kind in sorted({str(r.get("op_kind")) for r in rows if _number(r.get("flops")) > 0}):
+        if kind in COMPUTE_KINDS and not target.kind_flops_per_s.get(kind, {}).get(dtype):
+            out.append(f"{kind} {dtype}")
+    return out
+
+
+def _number(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return out if math.isfinite(out) else 0.0
+
+
+def _roof_noise(c: Ceilings, kind: str, dtype: str, resident: bool) -> float:
+    """The relative spread (IQR over median) of the figure behind a part's roof on ``c``: its kind's product, or
+    the elementwise copy sizes of its tensors' home (the largest for DRAM, the others for the cache)."""
+    iqr = c.iqr_over_median
+    if kind in COMPUTE_KINDS:
+        keys = [k for k in iqr if k.startswith(f"{kind}_{dtype}")]
+    else:
+        adds = sorted((k for k in iqr if k.startswith(f"add_{dtype}_")), key=lambda k: int(k.split("_")[2]))
+        keys = adds[:-1] if resident else adds[-1:]
+    return max((float(iqr[k]) for k in keys if math.isfinite(float(iqr[k]))), default=0.0)
+
+
+def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, source: Ceilings, target: Ceilings,
+            what: str = "training step", run_log_sd: float = math.nan,
+            method_log_sd: float = METHOD_LOG_SD) -> Prediction:
+    """``rows`` (a per-layer file's table: ``roofline.layers.LAYER_COLUMNS``) and its plain measured ``plain_s``,
+    measured against ``source``'s roofs, predicted on ``target``'s. ``run_log_sd``: the source's run-to-run
+    spread of the whole (its runs or noise floor; NaN: unknown). PredictError where ``target`` lacks a roof a
+    part needs (``missing_roofs``)."""
+    if not rows or not (plain_s > 0):
+        raise PredictError("the per-layer table has no parts or no plain step to predict from")
+    if missing := missing_roofs(target, rows, dtype):
+        raise PredictError(f"the target's ceilings have no {', '.join(missing)} roof")
+    parts, noise = [], {}
+    for r in rows:
+        layer = str(r.get("layer"))
+        if layer == TIMING_LAYER:
+            continue  # the instrument's cost, no part of the work (it cancels in the whole's ratio)
+        measured = _number(r.get("time_s"))
+        flops, moved = _number(r.get("flops")), _number(r.get("bytes"))
+        kind, resident = str(r.get("op_kind") or "elementwise"), bool(r.get("cache_resident"))
+        scale = 1.0
+        if flops > 0 or moved > 0:
+            here = roof_time_s(flops, moved, *source.kind_roof(kind, dtype, resident))
+            there = roof_time_s(flops, moved, *target.kind_roof(kind, dtype, resident))
+            scale = there / here if here > 0 else 1.0
+            home = kind if flops > 0 and kind in COMPUTE_KINDS else ("cache" if resident else "dram")
+            spread = math.hypot(_roof_noise(source, kind, dtype, resident), _roof_noise(target, kind, dtype, resident))
+            noise[home] = max(noise.get(home, 0.0), spread / IQR_TO_SD)
+        else:
+            home = "none"
+        parts.append({"layer": layer, "phase": str(r.get("phase")), "op_kind": kind, "measured_s": measured,
+                      "scale": scale, "predicted_s": measured * scale, "_home": home})
+    table = pd.DataFrame(parts)
+    measured_sum, predicted_sum = float(table["measured_s"].sum()), float(table["predicted_s"].sum())
+    if not (measured_sum > 0):
+        raise PredictError("the per-layer table's parts sum to no time")
+    value = plain_s * predicted_sum / measured_sum
+    weights = table.groupby("_home")["predicted_s"].sum() / predicted_sum
+    roofs_sd = math.sqrt(sum((weights.get(home, 0.0) * sd) ** 2 for home, sd in noise.items()))
+    spreads = {"runs": run_log_sd, "roofs": roofs_sd, "method": method_log_sd}
+    total = math.sqrt(sum(v ** 2 for v in spreads.values() if math.isfinite(v)))
+    whole = Predicted(value, value * math.exp(-Z90 * total), value * math.exp(Z90 * total), plain_s)
+    unchanged = float(weights.get("none", 0.0))
+    table = table.assign(share=table["predicted_s"] / predicted_sum).sort_values("predicted_s", ascending=False)
+    notes = [] if math.isfinite(run_log_sd) else [
+        "one run and no noise floor: the source's run-to-run spread is unknown and left out of the interval"]
+    return Prediction(what, whole, table[list(PART_COLUMNS)].reset_index(drop=True), spreads,
+                      _weakest(unchanged, table, target, source), notes)
+
+
+def _weakest(unchanged: float, table: pd.DataFrame, target: Ceilings, source: Ceilings) -> str:
+    """Where the prediction rests most on assumption: per-call costs carried over unchanged, or the kind whose
+    roofs differ most between the machines (its parts' efficiency is least likely to carry)."""
+    said = (f"{unchanged:.0%} of the predicted time is parts with no counted work, carried over unchanged "
+            "(per-call costs taken to be the same on the target)")
+    if target.device != source.device:
+        said += f"; {source.device} to {target.device}: per-call costs differ most between device types"
+    moved = table[table["scale"] != 1.0]
+    if not moved.empty:
+        far = moved.assign(_log=np.abs(np.log(moved["scale"]))).sort_values("_log", ascending=False).iloc[0]
+        said += (f"; the {far['op_kind']} roof moves most ({far['scale']:.2f}x the time), so its layers' "
+                 "efficiency is the largest assumption carried")
+    return said

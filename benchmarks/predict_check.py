@@ -1,0 +1,117 @@
+"""Does `benchlib predict` hold? Predict, then measure, on targets this machine can become.
+
+    .venv/bin/python benchmarks/predict_check.py [--models resnet18 ...] [--runs 2] [--work DIR] [--json F]
+
+The source is each model measured layer by layer (`benchlib layers`, synthetic data, 32 px, batch 32) as this
+machine runs it: every CPU it may use, every instruction set, its roofs measured fresh as the targets' are. Each
+target is this machine limited:
+
+- ``avx2``: oneDNN and MKL held to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``);
+- ``1thread``: one intra-op thread instead of all;
+- ``both``: the two limits together.
+
+For each target it measures the target's ceilings in that process environment (`benchlib roofline --threads`,
+nothing trained), predicts every model from the source folder and those ceilings (`benchlib predict --json`),
+then measures the models there the same way the source was measured (`benchlib layers`, ``--runs`` fresh
+processes; the figure is their median). It prints, per model and target, the predicted training step and batch-1
+latency with their 90% intervals beside the measured ones, the error, each target's and the whole MAPE, and
+the share of measurements inside their intervals; docs/prediction.md quotes the table. Nothing asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "densenet121")
+AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def benchlib(*args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run([sys.executable, "-m", "benchlib", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+    if done.returncode != 0:
+        raise SystemExit(f"benchlib {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-600:]}")
+    return done.stdout
+
+
+def targets(cpus: int) -> dict[str, tuple[dict[str, str], int]]:
+    """Each target's process environment and thread count."""
+    return {"avx2": (AVX2, cpus), "1thread": ({}, 1), "both": (AVX2, 1)}
+
+
+def layers(folder: Path, model: str, threads: int, seed: int, args: argparse.Namespace, env: dict[str, str]) -> dict:
+    """One `benchlib layers` run; its per-layer file's plain step and batch-1 forward."""
+    out = json.loads(benchlib("layers", "-q", "--model", model, "--data", "synthetic", "--batch-size",
+                              str(args.batch_size), "--image-size", str(args.image_size), "--threads", str(threads),
+                              "--seed", str(seed), "--steps", str(args.steps), "--block", str(args.block),
+                              "--results-dir", str(folder), "--json", env=env))
+    return {"step_s": float(out["step_s"]), "forward_s": float((out.get("inference") or {}).get("step_s") or "nan")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--targets", nargs="+", default=["avx2", "1thread", "both"])
+    p.add_argument("--runs", type=int, default=2, help="fresh processes per model on the source and each target")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--block", type=int, default=4)
+    p.add_argument("--work", type=Path)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="benchlib-predict-check-"))
+    cpus = len(os.sched_getaffinity(0))
+    t0 = time.perf_counter()
+    source = work / "source"
+    # each side's roofs measured the same way, once, fresh (the machine cache keeps the highest figures ever seen)
+    benchlib("roofline", "-q", "--threads", str(cpus), "--results-dir", str(source))
+    for model in args.models:
+        for r in range(args.runs):
+            layers(source, model, cpus, r, args, {})
+        print(f"source {model}: {args.runs} run(s) ({time.perf_counter() - t0:.0f} s)", flush=True)
+    found: list[dict[str, Any]] = []
+    for name in args.targets:
+        env, threads = targets(cpus)[name]
+        folder = work / name
+        benchlib("roofline", "-q", "--threads", str(threads), "--results-dir", str(folder), env=env)
+        (ceilings,) = sorted((folder / "ceilings").glob("*.json"))
+        predicted = json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json"))["rows"]
+        for model in args.models:
+            measured = [layers(folder, model, threads, 100 + r, args, env) for r in range(args.runs)]
+            for figure, key, scale in (("train_step_s", "step_s", 1.0), ("latency_ms_p50", "forward_s", 1e3)):
+                (pred,) = [x for x in predicted if x["model"] == model and x["figure"] == figure]
+                truth = statistics.median(m[key] for m in measured) * scale
+                found.append({"model": model, "target": name, "figure": figure, "predicted": pred["predicted"],
+                              "low": pred["low"], "high": pred["high"], "measured_source": pred["measured"],
+                              "measured": truth, "error": pred["predicted"] / truth - 1,
+                              "inside": pred["low"] <= truth <= pred["high"]})
+                f = found[-1]
+                print(f"{name:8s} {model:14s} {figure:15s} source {f['measured_source']:.4g}, predicted "
+                      f"{f['predicted']:.4g} [{f['low']:.4g}, {f['high']:.4g}], measured {truth:.4g}: "
+                      f"{f['error']:+.1%}{'' if f['inside'] else '  (outside)'}", flush=True)
+    print(f"\n{'target':8s} {'figure':15s} MAPE   inside  ({(time.perf_counter() - t0) / 60:.0f} min in all)")
+    for figure in ("train_step_s", "latency_ms_p50"):
+        for name in [*args.targets, "all"]:
+            rows = [f for f in found if f["figure"] == figure and name in ("all", f["target"])]
+            if rows:
+                mape = statistics.mean(abs(f["error"]) for f in rows)
+                inside = sum(f["inside"] for f in rows)
+                print(f"{name:8s} {figure:15s} {mape:5.1%}  {inside}/{len(rows)}")
+    if args.json:
+        args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "found": found},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
