@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -128,9 +128,29 @@ def run_samples(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> lis
     return [x for x in out if x.size]
 
 
+class _Row(Mapping[str, Any]):
+    """Row ``i`` of a frame, each cell read when asked for: a sample reader needs a few of a row's ~190 columns,
+    and converting every one of them per row made resampling hundreds of comparisons take hours."""
+
+    def __init__(self, frame: pd.DataFrame, i: int) -> None:
+        self._frame, self._i = frame, i
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._frame.columns:
+            raise KeyError(key)
+        value = self._frame[key].iat[self._i]
+        return value.item() if isinstance(value, np.generic) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._frame.columns)
+
+    def __len__(self) -> int:
+        return len(self._frame.columns)
+
+
 def _pooled(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndarray:
     out: list[np.ndarray] = []
-    for row in rows.to_dict("records"):
+    for row in (_Row(rows, i) for i in range(len(rows))):
         if metric.series is not None:
             table = reader(row)
             part = pd.to_numeric(table.loc[table["series"] == metric.series, "value"], errors="coerce").dropna()
