@@ -9,6 +9,7 @@ interval, its parts under ``.attrs["parts"]``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def _source(folder: Path, report: dict[str, Any]) -> Ceilings:
                       f"files; measure them with `benchlib roofline --results-dir {folder}` on that machine")
 
 
-def _run_log_sd(runs: list[dict[str, Any]], folder: Path, key: str) -> float:
+def _run_log_sd(runs: Sequence[Mapping[str, Any]], folder: Path, key: str) -> float:
     """The source's run-to-run spread of a whole (the log's SD): between its runs, else its noise floor."""
     steps = [s for r in runs if (s := _whole_s(r, key)) > 0]
     if len(steps) >= 2:
@@ -72,7 +73,7 @@ def _run_log_sd(runs: list[dict[str, Any]], folder: Path, key: str) -> float:
     return sd if df >= 1 else math.nan
 
 
-def _whole_s(report: dict[str, Any], key: str) -> float:
+def _whole_s(report: Mapping[str, Any], key: str) -> float:
     part = report if key == "training" else (report.get("inference") or {})
     value = part.get("step_s")
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else math.nan
@@ -115,7 +116,7 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
                 continue
             try:
                 p = predict_parts(table, whole, dtype=dtype, source=source, target=target, what=what,
-                            run_log_sd=_run_log_sd(list(runs), folder, key))
+                            run_log_sd=_run_log_sd(runs, folder, key))
             except PredictError as exc:
                 raise ConfigError(f"{target.path or target.machine}: {exc}; measure it with `benchlib roofline "
                                   f"--results-dir DIR` on the target (this benchlib's ceilings hold every kind)") \

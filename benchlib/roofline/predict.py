@@ -119,7 +119,8 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
         raise PredictError("the per-layer table has no parts or no plain step to predict from")
     if missing := missing_roofs(target, rows, dtype):
         raise PredictError(f"the target's ceilings have no {', '.join(missing)} roof")
-    parts, noise = [], {}
+    parts: list[dict[str, Any]] = []
+    noise: dict[str, float] = {}
     for r in rows:
         layer = str(r.get("layer"))
         if layer == TIMING_LAYER:
