@@ -80,10 +80,17 @@ def test_diff_explain_json_splits_the_step_and_its_causes_agree_with_the_verdict
     sign = 1 if row["verdict"] == "slower" else -1  # slower: B takes more time
     assert np.sign(step["delta_s"]) == sign
     assert 1 <= len(step["causes"]) <= 3
-    for cause, part in zip(step["causes"], sorted(step["parts"], key=lambda p: -p["share"])):
-        assert np.sign(part["delta_s"]) == sign and cause.startswith(f"{part['layer']} {part['phase']}: ") or \
-            cause.split(": ")[0] in ("the optimizer's step", "what no layer holds", "waiting for the batch")
+    words = {"(optimizer)": "the optimizer's step", "(unattributed)": "what no layer holds",
+             "(data wait)": "waiting for the batch"}
+    named = {words.get(p["layer"], f"{p['layer']} {p['phase']}"): p for p in step["parts"]}
+    shares = []
+    for cause in step["causes"]:  # the largest parts moving the way the whole moved, their interval clear of 0
+        part = named[cause.split(": ")[0]]
+        assert np.sign(part["delta_s"]) == sign, (cause, part)
+        assert not np.isfinite(part["ci_low"]) or part["ci_low"] > 0 or part["ci_high"] < 0, (cause, part)
+        shares.append(part["share"])
         assert unsupported(cause) is None and " of " in cause and "%)" in cause
+    assert shares == sorted(shares, reverse=True)
     for part in step["parts"]:
         if np.isfinite(part["ci_low"]):
             assert part["ci_low"] <= part["delta_s"] <= part["ci_high"], part
