@@ -136,6 +136,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print(f"  {r['figure']:20s} measured {fmt.significant(r['measured'])} {r['unit']}, predicted "
                   f"{fmt.significant(r['predicted'])} [{fmt.significant(r['low'])}, {fmt.significant(r['high'])}]")
         print(f"  weakest: {grp['weakest'].iloc[0]}")
+        for note in dict.fromkeys(n for n in grp["notes"] if n):
+            print(f"  note: {note}")
     if args.parts:
         for label, parts in table.attrs["parts"].items():
             print(f"\n{label}, largest first:")

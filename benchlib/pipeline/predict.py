@@ -26,7 +26,7 @@ from ..store.machine_cache import machine_cache
 from ..store.noise_floor import load_noise_floors
 
 COLUMNS = ("machine", "target", "model", "hardware", "batch_size", "variant", "figure", "measured", "predicted",
-           "low", "high", "unit", "runs", "method", "weakest")
+           "low", "high", "unit", "runs", "method", "weakest", "notes")
 MEASURE_TARGET = "ceilings: run `benchlib roofline --results-dir DIR` on the target and copy DIR/ceilings/*.json here"
 
 
@@ -132,7 +132,8 @@ def _figures(p: Prediction, report: dict[str, Any], target: Ceilings, batch: int
     """A prediction's rows: a step as seconds and as throughput (samples/s), a forward as batch-1 latency (ms)."""
     base = {"machine": report.get("machine"), "target": f"{target.machine}:{target.device}",
             "model": report.get("model"), "hardware": report.get("hardware"), "batch_size": batch,
-            "variant": report.get("variant"), "runs": runs, "method": METHOD, "weakest": p.weakest}
+            "variant": report.get("variant"), "runs": runs, "method": METHOD, "weakest": p.weakest,
+            "notes": "; ".join(p.notes)}
     w = p.whole
     if p.what == "training step":
         return [{**base, "figure": "train_step_s", "measured": w.measured, "predicted": w.value, "low": w.low,
