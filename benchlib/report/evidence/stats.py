@@ -245,7 +245,7 @@ def proportion_ratio(acc_a: float, n_a: int, acc_b: float, n_b: int, *, confiden
     verdict = verdict_of(ratio, low, high, threshold=threshold, words=words)
     note = ""
     if verdict == "inconclusive":
-        note = (f"the test set's {min(n_a, n_b)} images leave an interval [{low:.2f}, {high:.2f}] that holds both no "
+        note = (f"the test set's {min(n_a, n_b)} images leave an interval {bounds_text(low, high)} that holds both no "
                 f"change and changes beyond {threshold:.0%}; a larger test set or {repeat_hint()} with seeds")
     if verdict in CLAIMS:  # beyond the test set's sampling, but one training cannot tell a change from its seed
         verdict = "inconclusive"

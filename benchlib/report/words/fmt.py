@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .sentences import ratio_interval
+
 MISSING = "\u2013"  # en dash: no value (the reason, where there is one, is given beside it)
 
 
@@ -120,13 +122,13 @@ def percent_interval_text(low: Any, high: Any) -> str:
 
 
 def ratio_text(ratio: Any, low: Any = None, high: Any = None) -> str:
-    """A ratio with its interval where there is one: 1.26x [1.19, 1.33]."""
+    """A ratio with its interval where there is one: 1.26x [1.19, 1.33] (``sentences.ratio_interval``: the
+    interval rounded outward, so the point never reads outside it)."""
     r = _number(ratio)
     if r is None:
         return MISSING
     lo, hi = _number(low), _number(high)
-    interval = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return f"{r:.2f}x{interval}"
+    return ratio_interval(r, lo, hi) if lo is not None and hi is not None else f"{r:.2f}x"
 
 
 def accuracy_text(accuracy: Any, low: Any = None, high: Any = None) -> str:
