@@ -23,7 +23,7 @@ from ..roofline.measured import Ceilings, load_ceilings, read_ceilings
 from ..roofline.predict import METHOD, PredictError, Prediction
 from ..roofline.predict import predict as predict_parts
 from ..store.machine_cache import machine_cache
-from ..store.noise_floor import load_noise_floors
+from ..store.noise_floor import NoiseFloor, load_noise_floors
 
 COLUMNS = ("machine", "target", "model", "hardware", "batch_size", "variant", "figure", "measured", "predicted",
            "low", "high", "unit", "runs", "method", "weakest", "notes")
@@ -53,23 +53,23 @@ def target_ceilings(on: str | Path) -> Ceilings:
                       f"allowed: a path to a ceilings file ({MEASURE_TARGET})")
 
 
-def _source(folder: Path, report: dict[str, Any]) -> Ceilings:
-    """The ceilings the per-layer file was measured against: its folder's for its machine and device."""
+def _source(folder: Path, report: dict[str, Any], found: Sequence[Ceilings]) -> Ceilings:
+    """The ceilings the per-layer file was measured against: its folder's (``found``) for its machine and device."""
     device = str(report.get("hardware") or report.get("device") or "cpu").split(":")[0]
-    for c in load_ceilings([folder]):
+    for c in found:
         if c.machine == str(report.get("machine")) and c.device == device:
             return c
     raise ConfigError(f"{folder}: no ceilings of machine {report.get('machine')} ({device}) beside its per-layer "
                       f"files; measure them with `benchlib roofline --results-dir {folder}` on that machine")
 
 
-def _run_log_sd(runs: Sequence[Mapping[str, Any]], folder: Path, key: str) -> float:
+def _run_log_sd(runs: Sequence[Mapping[str, Any]], floors: Sequence[NoiseFloor], key: str) -> float:
     """The source's run-to-run spread of a whole (the log's SD): between its runs, else its noise floor."""
     steps = [s for r in runs if (s := _whole_s(r, key)) > 0]
     if len(steps) >= 2:
         return float(np.log(steps).std(ddof=1))
     metric = "train_step_s" if key == "training" else "latency_ms_p50"
-    sd, df = log_spread(floor_groups(load_noise_floors([folder]), metric))
+    sd, df = log_spread(floor_groups(floors, metric))
     return sd if df >= 1 else math.nan
 
 
@@ -104,9 +104,10 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
                           "study, or `benchlib layers --results-dir ...` for one configuration")
     rows: list[dict[str, Any]] = []
     parts: dict[str, pd.DataFrame] = {}
+    found, floors = load_ceilings([folder]), load_noise_floors([folder])  # read once for every configuration
     for runs in configurations(reports):
         report = dict(median_run(runs))
-        source = _source(folder, report)
+        source = _source(folder, report, found)
         dtype = str(report.get("roof_dtype") or "fp32")
         batch = int(report.get("batch_size") or 1)
         label = f"{report.get('model')} {report.get('hardware')} bs{batch} {report.get('variant')}"
@@ -116,7 +117,7 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
                 continue
             try:
                 p = predict_parts(table, whole, dtype=dtype, source=source, target=target, what=what,
-                            run_log_sd=_run_log_sd(runs, folder, key))
+                            run_log_sd=_run_log_sd(runs, floors, key))
             except PredictError as exc:
                 raise ConfigError(f"{target.path or target.machine}: {exc}; measure it with `benchlib roofline "
                                   f"--results-dir DIR` on the target (this benchlib's ceilings hold every kind)") \
