@@ -29,6 +29,7 @@ _API: dict[str, str] = {
     "parse_variant": "benchlib.spec.variants", "parse_search_space": "benchlib.spec.tune",
     "load_study": "benchlib.run.admission", "settings_from_params": "benchlib.run.preflight",
     "check_parameters": "benchlib.spec.notebook_params",
+    "from_project_root": "benchlib.store.layout",
     "run_study": "benchlib.pipeline.study",
     # the machine
     "apply_threads": "benchlib.env.threads", "collect_manifest": "benchlib.env.manifest",
@@ -43,7 +44,7 @@ _API: dict[str, str] = {
     "measured_row": "benchlib.run.columns", "record": "benchlib.run.record",
     "run_pair": "benchlib.run.record", "record_profile": "benchlib.run.profile", "tune_pair": "benchlib.run.tune",
     "measure_layers": "benchlib.run.layers", "record_layers": "benchlib.run.layers",
-    "LayerReport": "benchlib.run.layers",
+    "LayerReport": "benchlib.run.layers", "before_step": "benchlib.engine.hooks",
     "measure_ceilings": "benchlib.roofline.ceilings", "Ceilings": "benchlib.roofline.ceilings",
     # read results back
     "read_results": "benchlib.store.rows", "ResultsLayout": "benchlib.store.layout",
@@ -61,10 +62,12 @@ __all__ = [
     "Variant",
     "__version__",
     "apply_threads",
+    "before_step",
     "benchmark",
     "check_parameters",
     "collect_manifest",
     "compare",
+    "from_project_root",
     "load_study",
     "measure",
     "measure_ceilings",
@@ -86,6 +89,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .engine.hooks import before_step
     from .env.manifest import collect_manifest
     from .env.threads import apply_threads
     from .log import page_line
@@ -111,7 +115,7 @@ if TYPE_CHECKING:
     from .spec.study import StudyConfig
     from .spec.tune import parse_search_space
     from .spec.variants import PRESETS, Variant, parse_variant
-    from .store.layout import ResultsLayout
+    from .store.layout import ResultsLayout, from_project_root
     from .store.rows import read_results
 
 

@@ -36,6 +36,15 @@ logger = logging.getLogger(LOGGER_NAME)
 ProgressFn = Callable[[str], None]
 
 
+def silent(_message: str) -> None:
+    """A progress function that says nothing: what ``progress=None`` means."""
+
+
+def progress_of(progress: ProgressFn | None) -> ProgressFn:
+    """``progress``, or ``silent`` where the caller passed None."""
+    return progress or silent
+
+
 def now_and_then(say: ProgressFn, every_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> ProgressFn:
     """A heartbeat where a line cannot be redrawn (a notebook's output, a log file): ``say`` at most once every

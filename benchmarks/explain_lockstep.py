@@ -10,7 +10,7 @@ This script records the same two configurations both ways, ``--rounds`` runs a s
 
 - ``sequence``: each run in a fresh process, A and B alternating (A B, B A, ...), as a study records them;
 - ``lockstep``: each round's A and B in fresh processes side by side, one training step (or batch-1 forward)
-  each in turn, the other stopped (``lockstep.py``), so a slow stretch of the host lands on both alike.
+  each in turn, the other stopped (``kit.py``), so a slow stretch of the host lands on both alike.
 
 and prints, for the training step and the batch-1 forward, the explanation's difference and coverage with
 its interval, as ``benchlib diff --explain`` computes them (``report.tables.explain``).
@@ -26,33 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import lockstep
+import kit
 import numpy as np
 from overhead import PINNED_MALLOC
 
 from benchlib.report.tables.explain import INFERENCE, TRAINING, explain, run_of
 from benchlib.roofline.cache import ensure_ceilings
 
-# ``benchlib layers`` with the gate before each timed step and forward, outside their timers: a step's data
-# wait is timed by layers itself (a part of its own), so the gate comes before the wait starts.
-LAYERS_CODE = lockstep.GATE_CODE + r"""
-import sys
-import benchlib.run.layers as _layers
-
-
-def _gated(method):
-    def call(self, *args, **kwargs):
-        lockstep_turn()
-        return method(self, *args, **kwargs)
-    return call
-
-
-_layers._Steps.timed = _gated(_layers._Steps.timed)
-_layers._Steps.hooked = _gated(_layers._Steps.hooked)
-_layers._Forwards.one = _gated(_layers._Forwards.one)
-from benchlib.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+LAYERS_CODE = kit.LAYERS_CODE  # ``benchlib layers`` gated before each timed step and forward
 
 WAYS = ("sequence", "lockstep")  # one after another, as a study records; side by side, a step each in turn
 
@@ -74,7 +55,7 @@ def record(args: argparse.Namespace, how: str, root: Path) -> dict[str, list[Pat
         t0 = time.perf_counter()
         env = {**os.environ, **(PINNED_MALLOC if args.pin_allocator else {})}
         if how == "lockstep":
-            done = lockstep.run(commands, env=env, timeout_s=1200)
+            done = kit.run(commands, env=env, timeout_s=1200)
             failed = {n: f.stderr[-2000:] for n, f in done.items() if f.returncode}
         else:
             failed = {}

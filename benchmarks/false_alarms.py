@@ -17,7 +17,7 @@ Then, at 2, 3, 5 and 8 runs a side, ``--pairs`` resampled pairs each:
 - planted: identical runs against planted ones: the share of pairs whose table claims the training step
   slower (``train_step_s`` verdict ``slower``).
 Both with the noise floor in the folders and without it. Nothing here asserts: it prints the table
-(docs/measurement.md quotes it) and, with ``--json``, every figure.
+(benchmarks/LAB.md keeps its tables) and, with ``--json``, every figure.
 """
 from __future__ import annotations
 

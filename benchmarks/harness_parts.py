@@ -17,7 +17,7 @@ on the build VM) fall on all of them:
 Each turn's ratio is its bare step over the arm's step (the arm's speed against the bare loop's); the arm's
 figure is the median of its turns' ratios with a 95% bootstrap interval: 1.000 is free, 0.995 costs the step
 0.5%. Adjacent steps share the host's moment, so the turns are the precise figure; rounds of ``--steps``
-turns (each arm's median step, their ratios' geometric mean, ``overhead.paired_geomean``) are printed too.
+turns (each arm's median step, their ratios' geometric mean, ``kit.interval``) are printed too.
 
     .venv/bin/python benchmarks/harness_parts.py [--rounds 30] [--steps 15] [--threads 2] [--json out.json]
 """
@@ -49,12 +49,11 @@ class _FiredSampler:
 
         self.sampler = TelemetrySampler(RunSettings().telemetry_interval_s, gpus=False, busy_cores=True).start()
         deadline = time.monotonic() + 30.0
-        while len(self.sampler._rows) <= COST_PROBE_TICKS and time.monotonic() < deadline:
+        while self.sampler.samples_taken <= COST_PROBE_TICKS and time.monotonic() < deadline:
             time.sleep(0.05)  # the first sample and COST_PROBE_TICKS ticks: their CPU bounds its interval
         self.interval_s = self.sampler.interval_s
-        self.sampler._stop.set()  # its own ticks end here; stop() below still joins and closes it
-        self.sampler._thread.join()
-        self.before = len(self.sampler._rows)  # the samples it took itself; stop() takes one more
+        self.sampler.pause()  # its own ticks end here; stop() below still takes the last sample and closes it
+        self.before = self.sampler.samples_taken  # the samples it took itself; stop() takes one more
         self._go, self._done, self._delay_s, self._quit = threading.Event(), threading.Event(), 0.0, False
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -63,7 +62,7 @@ class _FiredSampler:
         while self._go.wait() and not self._quit:
             self._go.clear()
             time.sleep(self._delay_s)
-            self.sampler._sample()  # what the sampler's thread does at each tick
+            self.sampler.sample_now()  # what the sampler's thread does at each tick
             self._done.set()
 
     def fire(self, delay_s: float) -> None:
@@ -92,9 +91,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 2 or args.steps < 1:
         parser.error(f"--rounds {args.rounds} --steps {args.steps}; allowed: rounds >= 2, steps >= 1")
+    import kit
     import torch  # after the arguments: a refusal needs no torch
     import torchvision
-    from overhead import paired_geomean
 
     from benchlib.engine.step import Trainer, train_step
     from benchlib.report.evidence.stats import spread
@@ -111,9 +110,7 @@ def main() -> None:
     rng = random.Random(0)
 
     def bare() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        opt.step()
+        kit.bare_step(model, opt, loss_fn, x, y)
 
     def timed(step: Callable[[], None]) -> float:
         t0 = time.perf_counter()
@@ -157,7 +154,7 @@ def main() -> None:
     figures: dict[str, dict[str, float]] = {}
     for arm in ARMS[1:]:
         ratios = [b / a for a, b in zip(medians[arm], medians["bare"])]
-        point, low, high = paired_geomean(ratios)
+        point, low, high = kit.interval(ratios)
         by_turn = spread(turns[arm])
         figures[arm] = {"speed_vs_bare": point, "ci_low": low, "ci_high": high, "by_turn_median": by_turn[0],
                         "by_turn_ci_low": by_turn[1], "by_turn_ci_high": by_turn[2]}

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import kit
 import numpy as np
 import torch
 import torchvision
@@ -63,9 +64,7 @@ def main() -> None:
     def step(i: int) -> float:
         x, y = batches[i % len(batches)]
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        opt.step()
+        kit.bare_step(model, opt, loss_fn, x, y)
         return time.perf_counter() - t0
 
     for i in range(5):  # warm-up, untimed

@@ -12,7 +12,7 @@ Two ways to run a round:
   bootstrap interval of the ratio of medians over rounds. On a shared host whose speed moves by a quarter
   within seconds (machine_speed.py), a round's ratio spreads by about ±12%.
 - ``--lockstep``: the round's processes start together, set themselves up, then take one training step
-  each in turn, the others stopped (lockstep.py). A slow stretch of the host that outlasts a step lands on
+  each in turn, the others stopped (kit.py). A slow stretch of the host that outlasts a step lands on
   both sides; what is left is mostly the steps' own noise (on the build VMs a step's time against the
   other process's step beside it moves by about 19%), so a round's ratio spreads less the more steps it
   times: 3.4% a round at 30 steps, 1.8% at 100, 1.3% at 300 (2026-11-27). Rounds are judged by the
@@ -32,8 +32,7 @@ In lockstep, benchlib's interference watch sees the other arms' steps as other p
 expected, and not printed.
 
 Target (issues 15 and 40): ratio within 0.99-1.01, its interval included, on a quiet machine, telemetry on.
-Met on the 2-core build VM (2026-11-27, ``--lockstep --pin-allocator --rounds 20 --give-up-after 0``, 300
-steps a round): 0.998 [0.993, 1.004] on native kernels; 0.996 [0.993, 0.999] on AVX2 kernels (30 rounds of 30).
+How far it was met, and when: benchmarks/LAB.md.
 """
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-import lockstep
+import kit
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +53,7 @@ BENCHLIB = [sys.executable, "-m", "benchlib"]
 
 # The bare loop: nothing of benchlib, the same work. Timed like benchlib times a CPU step: perf_counter
 # around zero_grad, forward, loss, backward and step, one sample of the sum per timed step.
-BARE = lockstep.GATE_CODE + r"""
+BARE = kit.GATE_CODE + kit.BARE_STEP_CODE + r"""
 import resource, sys, time, torch, torchvision
 threads, batch, size, warmup, steps, seed = (int(a) for a in sys.argv[1:7])
 torch.set_num_threads(threads)
@@ -73,9 +72,7 @@ for i in range(warmup + steps):
     lockstep_turn()
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t0 = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
-    opt.step()
+    bare_step(model, opt, loss_fn, x, y)
     dt = time.perf_counter() - t0
     if i >= warmup:
         timed_s += dt
@@ -91,7 +88,7 @@ def bare_cmd(args: argparse.Namespace) -> list[str]:
 
 def benchlib_cmd(args: argparse.Namespace, more: tuple[str, ...] = ()) -> list[str]:
     """``benchlib run`` as a command; under ``--lockstep``, through the gate before each training batch."""
-    head = [sys.executable, "-c", lockstep.BENCHLIB_CODE] if args.lockstep else BENCHLIB
+    head = [sys.executable, "-c", kit.BENCHLIB_CODE] if args.lockstep else BENCHLIB
     return [*head, "run", "--model", "resnet18", "--data", "synthetic", "--batch-size", str(args.batch_size),
             "--steps", str(args.steps), "--threads", str(args.threads), "--set", f"image_size={args.image_size}",
             "--set", f"warmup_steps={args.warmup}", "--set", "lr=0.01", "--set", "synthetic_classes=10",
@@ -103,7 +100,7 @@ def run_round(args: argparse.Namespace, commands: dict[str, list[str]]) -> dict[
     if not args.lockstep:
         return {arm: subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT,
                                     env=_env(args)).stdout for arm, cmd in commands.items()}
-    finished = lockstep.run(commands, env=_env(args), cwd=str(ROOT))
+    finished = kit.run(commands, env=_env(args), cwd=str(ROOT))
     for f in finished.values():
         if f.returncode != 0 or f.turns != args.warmup + args.steps:
             raise SystemExit(f"{f.name} exited {f.returncode} after {f.turns} lockstep step(s) of "
@@ -111,21 +108,9 @@ def run_round(args: argparse.Namespace, commands: dict[str, list[str]]) -> dict[
     return {arm: f.stdout for arm, f in finished.items()}
 
 
-def paired_geomean(ratios: list[float], *, resamples: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
-    """The geometric mean of per-round ratios with its 95% bootstrap interval (NaN bounds under 2 rounds).
-
-    Paired rounds vary by process (a fresh process lands a few percent faster or slower, whatever it runs:
-    the control arm shows it), symmetrically in the log: their mean is the efficient figure, where a median
-    of a few dozen values wastes a third of the rounds.
-    """
-    logs = np.log(np.asarray(ratios, dtype=float))
-    point = float(np.exp(logs.mean())) if logs.size else math.nan
-    if logs.size < 2:
-        return point, math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = logs[rng.integers(0, logs.size, (resamples, logs.size))].mean(axis=1)
-    low, high = np.exp(np.percentile(means, [2.5, 97.5]))
-    return point, float(low), float(high)
+def paired_geomean(ratios: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of per-round ratios with its 95% interval (``kit.interval``; NaN bounds under 2)."""
+    return kit.interval(ratios)
 
 
 TARGET = (0.99, 1.01)
@@ -186,7 +171,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--extra", nargs="*", default=[], help="more arguments for benchlib run (e.g. --set ...)")
     parser.add_argument("--lockstep", action="store_true",
-                        help="run a round's arms side by side, one training step each in turn (lockstep.py)")
+                        help="run a round's arms side by side, one training step each in turn (kit.py)")
     parser.add_argument("--control", action="store_true",
                         help="add a second bare loop: its ratio to the first is the method's own floor")
     parser.add_argument("--pin-allocator", action="store_true",

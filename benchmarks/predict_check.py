@@ -10,17 +10,20 @@ target is this machine limited:
 - ``1thread``: one intra-op thread instead of all;
 - ``both``: the two limits together.
 
-For each target it measures the target's ceilings in that process environment (`benchlib roofline --threads`,
-nothing trained), predicts every model from the source folder and those ceilings (`benchlib predict --json`),
+For each target it measures the target's ceilings and times the source's layer shapes in that process
+environment (`benchlib roofline --threads --shapes-of`, nothing trained), predicts every model from the source
+folder and those ceilings twice (`benchlib predict --json`: with the shapes, and `--no-shapes`, by roofs alone),
 then measures the models there the same way the source was measured (`benchlib layers`, ``--runs`` fresh
 processes; the figure is their median). It prints, per model and target, the predicted training step and batch-1
 latency with their 90% intervals beside the measured ones, the error, each target's and the whole MAPE, and
-the share of measurements inside their intervals; docs/prediction.md quotes the table. Nothing asserts.
+the share of measurements inside their intervals and the log's spread of the errors (what METHOD_LOG_SD holds),
+for each method; docs/prediction.md quotes the table. Nothing asserts.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -68,45 +71,62 @@ def main() -> int:
     p.add_argument("--block", type=int, default=4)
     p.add_argument("--work", type=Path)
     p.add_argument("--json", type=Path)
+    p.add_argument("--reuse-source", action="store_true",
+                   help="keep the source already measured under --work (its roofs and per-layer files)")
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="benchlib-predict-check-"))
     cpus = len(os.sched_getaffinity(0))
     t0 = time.perf_counter()
     source = work / "source"
-    # each side's roofs measured the same way, once, fresh (the machine cache keeps the highest figures ever seen)
-    benchlib("roofline", "-q", "--threads", str(cpus), "--results-dir", str(source))
-    for model in args.models:
-        for r in range(args.runs):
-            layers(source, model, cpus, r, args, {})
-        print(f"source {model}: {args.runs} run(s) ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not (args.reuse_source and any(source.glob("layers/*.json"))):
+        # each side's roofs measured the same way, once, fresh (the machine cache keeps the highest figures seen)
+        benchlib("roofline", "-q", "--threads", str(cpus), "--results-dir", str(source))
+        for model in args.models:
+            for r in range(args.runs):
+                layers(source, model, cpus, r, args, {})
+            print(f"source {model}: {args.runs} run(s) ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not any(source.glob("shapes/*.json")):  # the source's own shapes: a layer moves by its shape's ratio
+        benchlib("roofline", "-q", "--threads", str(cpus), "--results-dir", str(source), "--shapes-of", str(source))
     found: list[dict[str, Any]] = []
     for name in args.targets:
         env, threads = targets(cpus)[name]
         folder = work / name
-        benchlib("roofline", "-q", "--threads", str(threads), "--results-dir", str(folder), env=env)
+        t_target = time.perf_counter()
+        benchlib("roofline", "-q", "--threads", str(threads), "--results-dir", str(folder), "--shapes-of",
+                 str(source), env=env)
+        print(f"{name}: ceilings and shapes measured in {time.perf_counter() - t_target:.0f} s", flush=True)
         (ceilings,) = sorted((folder / "ceilings").glob("*.json"))
-        predicted = json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json"))["rows"]
+        by = {"shapes": json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json"))["rows"],
+              "roofs": json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json",
+                                           "--no-shapes"))["rows"]}
         for model in args.models:
             measured = [layers(folder, model, threads, 100 + r, args, env) for r in range(args.runs)]
-            for figure, key, scale in (("train_step_s", "step_s", 1.0), ("latency_ms_p50", "forward_s", 1e3)):
-                (pred,) = [x for x in predicted if x["model"] == model and x["figure"] == figure]
-                truth = statistics.median(m[key] for m in measured) * scale
-                found.append({"model": model, "target": name, "figure": figure, "predicted": pred["predicted"],
-                              "low": pred["low"], "high": pred["high"], "measured_source": pred["measured"],
-                              "measured": truth, "error": pred["predicted"] / truth - 1,
-                              "inside": pred["low"] <= truth <= pred["high"]})
-                f = found[-1]
-                print(f"{name:8s} {model:14s} {figure:15s} source {f['measured_source']:.4g}, predicted "
-                      f"{f['predicted']:.4g} [{f['low']:.4g}, {f['high']:.4g}], measured {truth:.4g}: "
-                      f"{f['error']:+.1%}{'' if f['inside'] else '  (outside)'}", flush=True)
-    print(f"\n{'target':8s} {'figure':15s} MAPE   inside  ({(time.perf_counter() - t0) / 60:.0f} min in all)")
-    for figure in ("train_step_s", "latency_ms_p50"):
-        for name in [*args.targets, "all"]:
-            rows = [f for f in found if f["figure"] == figure and name in ("all", f["target"])]
-            if rows:
-                mape = statistics.mean(abs(f["error"]) for f in rows)
-                inside = sum(f["inside"] for f in rows)
-                print(f"{name:8s} {figure:15s} {mape:5.1%}  {inside}/{len(rows)}")
+            for method, predicted in by.items():
+                for figure, key, scale in (("train_step_s", "step_s", 1.0), ("latency_ms_p50", "forward_s", 1e3)):
+                    (pred,) = [x for x in predicted if x["model"] == model and x["figure"] == figure]
+                    truth = statistics.median(m[key] for m in measured) * scale
+                    found.append({"model": model, "target": name, "method": method, "figure": figure,
+                                  "predicted": pred["predicted"], "low": pred["low"], "high": pred["high"],
+                                  "measured_source": pred["measured"], "measured": truth,
+                                  "error": pred["predicted"] / truth - 1,
+                                  "inside": pred["low"] <= truth <= pred["high"]})
+                    f = found[-1]
+                    print(f"{name:8s} {model:14s} {method:6s} {figure:15s} source {f['measured_source']:.4g}, "
+                          f"predicted {f['predicted']:.4g} [{f['low']:.4g}, {f['high']:.4g}], measured {truth:.4g}: "
+                          f"{f['error']:+.1%}{'' if f['inside'] else '  (outside)'}", flush=True)
+    print(f"\n{'target':8s} {'method':6s} {'figure':15s} MAPE   inside  log SD  ({(time.perf_counter() - t0) / 60:.0f} "
+          "min in all)")
+    for method in ("shapes", "roofs"):
+        for figure in ("train_step_s", "latency_ms_p50"):
+            for name in [*args.targets, "all"]:
+                rows = [f for f in found if f["figure"] == figure and f["method"] == method
+                        and name in ("all", f["target"])]
+                if rows:
+                    mape = statistics.mean(abs(f["error"]) for f in rows)
+                    inside = sum(f["inside"] for f in rows)
+                    logs = [math.log(f["predicted"] / f["measured"]) for f in rows]
+                    sd = statistics.stdev(logs) if len(logs) > 1 else math.nan
+                    print(f"{name:8s} {method:6s} {figure:15s} {mape:5.1%}  {inside}/{len(rows)}  {sd:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "found": found},
                                         indent=1))

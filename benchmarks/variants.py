@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+import kit
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -57,9 +58,7 @@ def train(model: nn.Module, loader: DataLoader, epochs: int) -> list[float]:
     for epoch in range(epochs):
         for x, y in loader:
             t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
+            kit.bare_step(model, opt, nn.functional.cross_entropy, x, y)
             steps.append(time.perf_counter() - t0)
         log(f"epoch {epoch + 1}/{epochs}: median step {sorted(steps)[len(steps) // 2] * 1e3:.0f} ms")
     return steps
@@ -121,9 +120,7 @@ def compile_vs_eager_training(weights: nn.Module, batches: list[tuple[torch.Tens
         x, y = batches[i % len(batches)]
         for k, (m, opt) in runs.items():
             t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(m(x), y).backward()
-            opt.step()
+            kit.bare_step(m, opt, nn.functional.cross_entropy, x, y)
             times[k].append(time.perf_counter() - t0)
         if i < warmup:
             log(f"train warmup step {i + 1}: eager {times['eager'][-1]:.2f} s, compiled {times['compiled'][-1]:.2f} s")

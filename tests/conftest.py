@@ -92,18 +92,22 @@ def quickstart_run(tmp_path_factory):
 
     from benchlib.pipeline import publish
 
-    root = tmp_path_factory.mktemp("quickstart")
+    root = tmp_path_factory.mktemp("quickstart")  # a project as a user clones it: params/ and notebooks/
     repo = Path(__file__).resolve().parents[1]
-    params = root / "tiny.yaml"
-    params.write_text(yaml.safe_dump(TINY_STUDY))
-    run = SimpleNamespace(notebook=root / "quickstart.ipynb", mine=root / "mine", results=root / "results",
-                          reports=root / "reports")
+    (root / "params").mkdir()
+    (root / "notebooks").mkdir()
+    (root / "params" / "tiny.yaml").write_text(yaml.safe_dump(TINY_STUDY))
+    run = SimpleNamespace(notebook=root / "notebooks" / "quickstart.ipynb", mine=root / "results" / "mine",
+                          results=root / "results", reports=root / "reports")
     for folder in (run.mine, run.results / TINY_STUDY["study"]):  # the ceilings modules test measuring them
         seed_ceilings(folder)
+    # run from notebooks/, JupyterLab's working folder, with the paths relative as its defaults are: the
+    # notebook works from the project's root and its outputs land in its git-ignored results/ and reports/
     publish.execute(repo / "notebooks" / "quickstart.ipynb", run.notebook,
-                    {"steps": 3, "settings": {"latency_budget_s": 0}, "results_dir": str(run.mine),
-                     "study_params": str(params), "results_root": str(run.results), "reports_root": str(run.reports)},
-                    cwd=repo, cell_timeout_s=600, progress=False)
+                    {"steps": 3, "settings": {"latency_budget_s": 0}, "results_dir": "results/mine",
+                     "study_params": "params/tiny.yaml", "results_root": "results", "reports_root": "reports"},
+                    cwd=root / "notebooks", cell_timeout_s=600, progress=False)
+    assert not (root / "notebooks" / "results").exists() and not (root / "notebooks" / "reports").exists()
     return run
 
 

@@ -90,6 +90,8 @@ def test_a_grid_records_what_the_device_cannot_run_as_a_skipped_row(no_bf16, cap
                             settings={"latency_repeats": 3, "warmup_steps": 1}, progress=None)
     status = dict(zip(df["variant"], df["status"]))
     assert status == {"cpu-default": "ok", "bf16": "skipped"}
+    assert list(df.columns[:7]) == ["model", "hardware", "batch_size", "variant", "status", "train_samples_per_s",
+                                    "train_step_s_median"], "the key figures first"
     error = df.set_index("variant").loc["bf16", "error"]
     assert f"this CPU ({cpu_model_name()}) has no bf16 kernels" in error
     warned = [ln for ln in capsys.readouterr().err.splitlines() if "cannot run" in ln]

@@ -9,6 +9,7 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -244,6 +245,8 @@ def test_backward_is_called_in_exactly_one_place_outside_flop_counting():
             continue
         if name == "benchlib.instruments.hook_times":  # its probe times hooks on a chain of ReLUs: no training
             continue
+        if name == "benchlib.roofline.shapes":  # it times one layer's backward alone, as the roofs time a matmul
+            continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if re.search(r"\.backward\(", line) and not line.lstrip().startswith("#"):
                 calls.append(f"{name}:{i}")
@@ -408,3 +411,79 @@ def regenerate_module_lines(doc: Path) -> None:
 
 if __name__ == "__main__":  # after changing a module's docstring: python tests/test_architecture.py
     regenerate_module_lines(PACKAGE.parent / "docs" / "architecture.md")
+
+
+# ---------------------------------------------------------------- benchmarks/: the lab, on public seams
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+PUBLIC_UNDERSCORE = {"_asdict", "_replace", "_fields", "_make", "_exit"}  # namedtuple's and os's public names
+FOREIGN_ROOTS = {"torch", "os", "sys", "np", "numpy", "pd", "subprocess"}
+
+
+def _private_uses(tree: ast.AST, where: str) -> list[str]:
+    """What a script (or Python code it hands a child process as a string) takes of benchlib's private parts:
+    a name or module starting with ``_`` imported from benchlib, an attribute starting with ``_`` read off
+    anything but ``self`` (a benchlib object's private state), or an attribute of a benchlib name assigned."""
+    bound: set[str] = set()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "benchlib"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "benchlib":
+            bound |= {a.asname or a.name for a in node.names}
+            out += [f"{where}:{node.lineno}: imports {node.module}.{a.name}" for a in node.names
+                    if a.name.startswith("_")]
+            if any(part.startswith("_") for part in str(node.module).split(".")):
+                out.append(f"{where}:{node.lineno}: imports the private module {node.module}")
+
+    def root(n: ast.AST) -> str | None:
+        while isinstance(n, ast.Attribute):
+            n = n.value
+        return n.id if isinstance(n, ast.Name) else None
+
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and (root(node) in bound or (node.attr not in PUBLIC_UNDERSCORE and root(node) not in FOREIGN_ROOTS
+                                             and not (isinstance(node.value, ast.Name)
+                                                      and node.value.id in ("self", "cls"))))):
+            out.append(f"{where}:{node.lineno}: reads {ast.unparse(node)}")
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+        out += [f"{where}:{node.lineno}: assigns {ast.unparse(t)}" for t in targets
+                if isinstance(t, ast.Attribute) and root(t) in bound]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                and node.args and root(node.args[0]) in bound):
+            out.append(f"{where}:{node.lineno}: setattr on {ast.unparse(node.args[0])}")
+    return out
+
+
+def _child_code(tree: ast.AST) -> list[tuple[int, ast.AST]]:
+    """Python a script hands a child process as a string (``python -c CODE``), parsed."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "benchlib" in node.value \
+                and "import" in node.value:
+            try:
+                found.append((node.lineno, ast.parse(textwrap.dedent(node.value))))
+            except SyntaxError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.name)
+def test_the_lab_uses_benchlibs_public_names_only(path):
+    """The scripts under benchmarks/ measure benchlib through its public seams (``benchlib.before_step``, the
+    sampler's ``sample_now``): one that patches or reads a private part breaks when that part changes."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = _private_uses(tree, path.name)
+    for line, code in _child_code(tree):
+        found += _private_uses(code, f"{path.name} (code in a string at line {line})")
+    assert not found, found
+
+
+def test_the_private_name_check_catches_a_patch_and_a_private_read():
+    code = ast.parse("import benchlib.run.measure as m\nfrom benchlib.x import _y\nm.f = 1\nobj.sampler._rows\n"
+                     "self._ok\nos._exit(0)\nsetattr(m, 'g', 2)\n")
+    found = _private_uses(code, "s.py")
+    assert found == ["s.py:2: imports benchlib.x._y", "s.py:3: assigns m.f", "s.py:4: reads obj.sampler._rows",
+                     "s.py:7: setattr on m"], found

@@ -407,6 +407,17 @@ def test_diff_command_json(folders, capsys):
     assert row["n_a"] > 1 and row["verdict"] == "faster"
 
 
+def test_folders_that_share_no_configuration_name_the_settings_that_keep_them_apart(folders, capsys):
+    t1, t2 = str(folders / "t1"), str(folders / "t2")
+    assert main(["diff", t1, t2]) == 0
+    assert "no configuration is in both folders: threads differ (1 against 2): --ignore threads pairs them" in \
+        capsys.readouterr().out
+    assert main(["diff", t1, t2, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings_apart"].startswith("threads differ (1 against 2)")
+    assert main(["diff", t1, t2, "--ignore", "threads"]) == 0
+    assert "no configuration is in both" not in capsys.readouterr().out
+
+
 def test_diff_command_markdown_pastes_as_a_table(folders, capsys):
     t1, t2 = str(folders / "t1"), str(folders / "t2")
     assert main(["diff", t1, t2, "--markdown", "--ignore", "threads"]) == 0

@@ -1,4 +1,4 @@
-"""Lockstep (``benchmarks/lockstep.py``, issue 40): processes take one step each in turn, the others stopped.
+"""Lockstep (``benchmarks/kit.py``, issue 40): processes take one step each in turn, the others stopped.
 
 What it must hold for ``overhead.py --lockstep`` to compare like with like: no two steps overlap, turns go
 round in order, a waiting process runs nothing (its threads included) while another steps, a child that ends
@@ -17,11 +17,11 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
-import lockstep  # noqa: E402
+import kit  # noqa: E402
 
 # A child: ``steps`` busy steps of ``step_ms``, each timed on the machine-wide monotonic clock; a thread
 # beside it stamps the clock every millisecond, as a sampler would.
-CHILD = lockstep.GATE_CODE + r"""
+CHILD = kit.GATE_CODE + r"""
 import json, sys, threading, time
 steps, step_ms = int(sys.argv[1]), float(sys.argv[2])
 stamps, stop = [], threading.Event()
@@ -49,7 +49,7 @@ def child(steps: int, step_ms: float = 20.0) -> list[str]:
 
 
 def test_steps_take_turns_and_never_overlap():
-    done = lockstep.run({"a": child(6), "b": child(6), "c": child(6)}, timeout_s=60)
+    done = kit.run({"a": child(6), "b": child(6), "c": child(6)}, timeout_s=60)
     assert {name: f.turns for name, f in done.items()} == {"a": 6, "b": 6, "c": 6}
     spans = sorted((t0, t1, name) for name, f in done.items() for t0, t1 in json.loads(f.stdout)["spans"])
     assert [name for _, _, name in spans] == ["a", "b", "c"] * 6  # round in the mapping's order
@@ -58,7 +58,7 @@ def test_steps_take_turns_and_never_overlap():
 
 def test_a_waiting_process_runs_nothing_while_another_steps():
     """Its threads are stopped with it: a sampler of the waiting side never stamps inside the other's step."""
-    done = lockstep.run({"a": child(5, 60.0), "b": child(5, 60.0)}, timeout_s=60)
+    done = kit.run({"a": child(5, 60.0), "b": child(5, 60.0)}, timeout_s=60)
     out = {name: json.loads(f.stdout) for name, f in done.items()}
     for me, other in (("a", "b"), ("b", "a")):
         inside = [s for s in out[me]["stamps"] for t0, t1 in out[other]["spans"] if t0 + 0.005 < s < t1 - 0.005]
@@ -67,7 +67,7 @@ def test_a_waiting_process_runs_nothing_while_another_steps():
 
 
 def test_a_child_that_ends_early_or_fails_leaves_the_others_running():
-    done = lockstep.run({"short": child(2), "long": child(5),
+    done = kit.run({"short": child(2), "long": child(5),
                          "broken": [sys.executable, "-c", "raise SystemExit(3)"]}, timeout_s=60)
     assert (done["short"].turns, done["long"].turns, done["broken"].turns) == (2, 5, 0)
     assert (done["short"].returncode, done["long"].returncode, done["broken"].returncode) == (0, 0, 3)
@@ -76,7 +76,7 @@ def test_a_child_that_ends_early_or_fails_leaves_the_others_running():
 
 def test_a_child_stuck_before_its_gate_is_killed_and_named():
     with pytest.raises(TimeoutError, match="stuck neither reached its gate nor exited in 1 s"):
-        lockstep.run({"stuck": [sys.executable, "-c", "import time; time.sleep(30)"]}, timeout_s=1)
+        kit.run({"stuck": [sys.executable, "-c", "import time; time.sleep(30)"]}, timeout_s=1)
 
 
 def test_the_gate_is_open_outside_lockstep():
@@ -86,10 +86,10 @@ def test_the_gate_is_open_outside_lockstep():
 
 def test_benchlib_run_passes_the_gate_once_a_training_step(tmp_path: Path):
     """The wrapper gates benchlib's own training loader: warmup and timed steps, nothing else."""
-    cmd = [sys.executable, "-c", lockstep.BENCHLIB_CODE, "run", "--model", "resnet18", "--data", "synthetic",
+    cmd = [sys.executable, "-c", kit.BENCHLIB_CODE, "run", "--model", "resnet18", "--data", "synthetic",
            "--batch-size", "4", "--steps", "3", "--threads", "1", "--set", "image_size=16", "--set",
            "warmup_steps=1", "--set", "telemetry=false", "--no-save", "--json"]
-    done = lockstep.run({"benchlib": cmd}, cwd=str(BENCHMARKS.parent), timeout_s=300)["benchlib"]
+    done = kit.run({"benchlib": cmd}, cwd=str(BENCHMARKS.parent), timeout_s=300)["benchlib"]
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.turns == 4
     row = json.loads(done.stdout.strip().splitlines()[-1])
@@ -107,26 +107,24 @@ def test_benchlib_layers_passes_the_gate_once_a_timed_step_and_forward(tmp_path:
     cmd = [sys.executable, "-c", LAYERS_CODE, "layers", "--quiet", "--model", "resnet18", "--data", "synthetic",
            "--batch-size", "4", "--image-size", "16", "--threads", "1", "--steps", "2", "--block", "1",
            "--set", "warmup_steps=1", "--results-dir", str(tmp_path / "r"), "--json"]
-    done = lockstep.run({"layers": cmd}, cwd=str(BENCHMARKS.parent), timeout_s=300)["layers"]
+    done = kit.run({"layers": cmd}, cwd=str(BENCHMARKS.parent), timeout_s=300)["layers"]
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.turns == 1 + 2 + 2 + (3 + 2 + 2), "warmup, plain, hooked steps; warm, plain, hooked forwards"
     assert len(list((tmp_path / "r" / "layers").glob("*.json"))) == 1
 
 
 def test_rounds_are_judged_by_their_paired_geometric_mean():
-    import overhead
-
-    point, low, high = overhead.paired_geomean([2.0, 0.5])
+    point, low, high = kit.interval([2.0, 0.5])
     assert point == pytest.approx(1.0) and low < 1.0 < high
-    assert overhead.paired_geomean([1.2])[0] == pytest.approx(1.2)
-    assert all(math.isnan(v) for v in overhead.paired_geomean([1.2])[1:])  # one round: no interval
+    assert kit.interval([1.2])[0] == pytest.approx(1.2)
+    assert all(math.isnan(v) for v in kit.interval([1.2])[1:])  # one round: no interval
     # rounds that differ by process (±4% a round, as on the build VMs) around a true 0.995: the interval
     # holds it in about 95% of studies of 48 rounds, and narrows as rounds are added
     rng = np.random.default_rng(1)
     held, widths = 0, []
     for _ in range(200):
         ratios = np.exp(rng.normal(np.log(0.995), 0.04, 48))
-        _, low, high = overhead.paired_geomean(list(ratios), resamples=2000)
+        _, low, high = kit.interval(list(ratios))
         held += low <= 0.995 <= high
         widths.append(high - low)
     assert 0.88 <= held / 200 <= 0.99

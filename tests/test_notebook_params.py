@@ -96,7 +96,8 @@ def test_a_cell_timeout_that_is_no_number_of_seconds_is_one_line(value, capsys):
         main(["study", "params/smoke.yaml", "--cell-timeout", value])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1, err
-    assert f"argument --cell-timeout: '{value}'; allowed: a whole number of seconds >= 1" in err[0]
+    assert err[0].startswith(f"benchlib: error: command line: --cell-timeout '{value}'; allowed: a whole number of "
+                             "seconds >= 1"), err[0]
 
 
 _ = Optional  # the parameters cells say Optional[...]: exec'd above with their own import

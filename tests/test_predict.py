@@ -150,3 +150,186 @@ def test_inputs_it_cannot_use_are_refused_in_one_line(study, tmp_path, capsys, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
     assert "benchlib roofline" in err[0] or "benchlib layers" in err[0], "it names the command that makes it"
+
+
+GRID = {"study": "s", "hardware": ["cpu"], "models": ["resnet18"], "batch_sizes": [8]}
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"predict_on": ["laptop.json"]}, "needs per-layer tables to predict from"),
+    ({"predict_on": [3], "layers": True}, "key 'predict_on' has 3"),
+    ({"predict_on": [" "], "layers": True}, "key 'predict_on' has ' '"),
+])
+def test_a_study_names_its_targets_as_text_and_only_with_per_layer_tables(extra, needle):
+    from benchlib.errors import ConfigError
+    from benchlib.spec.study import parse_study
+
+    with pytest.raises(ConfigError, match=needle):
+        parse_study({**GRID, **extra}, "p.yaml")
+    cfg = parse_study({**GRID, "layers": True, "predict_on": ["laptop.json", "node7:cpu"]}, "p.yaml")
+    assert cfg.predict_on == ("laptop.json", "node7:cpu") and parse_study(GRID, "p.yaml").predict_on == ()
+
+
+def test_a_study_target_that_is_neither_a_file_nor_a_cached_machine_is_refused_before_it_runs(tmp_path):
+    from benchlib.errors import ConfigError
+    from benchlib.pipeline.predict import study_targets
+
+    with pytest.raises(ConfigError, match="nor a machine of the machine cache"):
+        study_targets([str(tmp_path / "nowhere")])
+    with pytest.raises(ConfigError, match="no such ceilings file"):
+        study_targets([str(tmp_path / "nowhere.json")])
+
+
+def test_each_prediction_meets_the_targets_own_measurement_where_it_has_one():
+    """Matched on the target's machine and device type, model, batch and variant; the measurement is the median of
+    the target's ok runs, throughput the batch over it; rows of the source or a failed run do not count."""
+    import pandas as pd
+
+    from benchlib.report.tables.layers import against_measured
+
+    base = {"target": "laptop:cpu", "model": "resnet18", "batch_size": 8, "variant": "baseline"}
+    predicted = pd.DataFrame([
+        {**base, "figure": "train_step_s", "predicted": 0.20, "low": 0.15, "high": 0.26, "unit": "s"},
+        {**base, "figure": "train_samples_per_s", "predicted": 40.0, "low": 30.8, "high": 53.3, "unit": "samples/s"},
+        {**base, "figure": "latency_ms_p50", "predicted": 9.0, "low": 7.0, "high": 11.0, "unit": "ms"},
+        {**base, "model": "resnet50", "figure": "train_step_s", "predicted": 1.0, "low": 0.8, "high": 1.2, "unit": "s"},
+    ])
+    row = {"model": "resnet18", "batch_size": 8, "variant": "baseline", "hardware": "cpu", "status": "ok",
+           "latency_ms_p50": 12.0}
+    rows = pd.DataFrame([{**row, "machine": "laptop", "train_step_s": s} for s in (0.24, 0.25, 0.30)]
+                        + [{**row, "machine": "laptop", "train_step_s": 0.01, "status": "failed"},
+                           {**row, "machine": "here", "train_step_s": 0.10}])
+    out = against_measured(predicted, rows).set_index("figure")
+    assert list(out.index) == ["train_step_s", "train_samples_per_s", "latency_ms_p50"]  # resnet50: not measured
+    assert out.loc["train_step_s", "measured_there"] == 0.25 and out.loc["train_step_s", "runs_there"] == 3
+    assert out.loc["train_step_s", "inside"] and not out.loc["latency_ms_p50", "inside"]
+    assert out.loc["train_samples_per_s", "measured_there"] == pytest.approx(32.0)
+    assert out.loc["train_step_s", "predicted_over_measured"] == pytest.approx(0.8)
+    assert against_measured(predicted, rows[rows["machine"] == "here"]).empty
+
+
+@pytest.mark.slow
+def test_a_study_keeps_its_targets_and_its_predictions_and_the_summary_shows_them(study, tmp_path, monkeypatch):
+    """The targets are copied into the results folder, the predictions written beside the rows for the summary
+    (rewritten only when they change, so an unchanged page is reused), and a target the study drops goes."""
+    import shutil
+
+    from benchlib.pipeline.predict import keep_targets, save_predictions
+    from benchlib.report.display import layers as shown
+    from benchlib.roofline.measured import read_ceilings
+    from benchlib.store.layout import ResultsLayout
+    from benchlib.store.rows import read_results
+
+    folder = tmp_path / "study"
+    shutil.copytree(study / "study", folder)
+    layout = ResultsLayout.of(folder)
+    said: list[str] = []
+    assert save_predictions(folder, said.append) is None and not layout.predictions_csv.exists()
+    keep_targets(folder, [read_ceilings(study / "faster.json")])
+    assert [p.name for p in layout.target_files()] == ["faster__cpu.json"]
+    table = save_predictions(folder, said.append)
+    assert set(table["figure"]) == {"train_step_s", "train_samples_per_s", "latency_ms_p50"}
+    assert said[-1] == "predictions on faster:cpu: 3 figure(s)"
+    stamp = layout.predictions_csv.stat().st_mtime_ns
+    keep_targets(folder, [read_ceilings(study / "faster.json")])
+    save_predictions(folder, said.append)
+    assert layout.predictions_csv.stat().st_mtime_ns == stamp, "unchanged predictions are not rewritten"
+    seen: list = []
+    monkeypatch.setattr(shown, "display", seen.append)
+    monkeypatch.setattr(shown.show, "display", seen.append)
+    shown.predictions(read_results([folder]), [str(folder)])
+    text = "\n".join(str(getattr(x, "data", "")) for x in seen)
+    assert "## Predicted on other machines" in text and "Method: each part keeps" in text
+    assert "faster:cpu" in text and "predicted there [90%]" in text and "rests most on assumption" in text
+    keep_targets(folder, [])
+    assert layout.target_files() == []
+
+
+def test_a_layer_signature_rebuilds_the_layer_and_its_input():
+    import torch
+    from torch import nn
+
+    from benchlib.nets.layer_shapes import layer_shapes, module_of
+
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
+                        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Flatten(), nn.Linear(8 * 4 * 4, 5))
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    shapes = layer_shapes(net.train(), x)
+    assert set(shapes) == {"0", "2", "4"} and net.training, "read in eval, given back in train"
+    assert shapes["0"] == "conv2d in=2x3x8x8 cl=1 out=8 k=3x3 s=2x2 p=1x1 d=1x1 g=1 bias=0"
+    conv, shape, channels_last = module_of(shapes["2"])
+    assert (conv.groups, conv.in_channels, conv.stride, conv.bias is not None, shape) == (8, 8, (1, 1), True,
+                                                                                          (2, 8, 4, 4))
+    linear, shape, _ = module_of(shapes["4"])
+    assert (linear.in_features, linear.out_features, shape) == (128, 5, (2, 128))
+    with pytest.raises(ValueError, match="not a layer signature"):
+        module_of("conv2d in=2x3")
+
+
+def test_a_shape_is_timed_forward_and_backward_and_kept_beside_the_ceilings(tmp_path):
+    import torch
+
+    from benchlib.roofline.shapes import read_shapes, save_shapes, shapes_path, time_shapes, wanted
+
+    report = {"roof_dtype": "fp32", "shapes": {"a": "linear in=4x16 out=8 bias=1", "b": "linear in=4x16 out=8 bias=1"},
+              "inference": {"shapes": {"a": "linear in=1x16 out=8 bias=1"}}}
+    keys = wanted([report, report])
+    assert keys == ["fp32 linear in=4x16 out=8 bias=1", "fp32 linear in=1x16 out=8 bias=1"]
+    timed, left = time_shapes(keys, torch.device("cpu"))
+    assert left == [] and all(t["forward_s"] > 0 and t["backward_s"] > 0 for t in timed.values())
+    assert time_shapes(keys, torch.device("cpu"), budget_s=-1)[1] == keys, "a spent budget leaves them untimed"
+    path = save_shapes(tmp_path, "box", "cpu", 2, timed)
+    assert path == shapes_path(tmp_path / "ceilings" / "box__cpu.json") and read_shapes(path).keys() == timed.keys()
+    path.write_text('{"format": 1, "times": []}')
+    with pytest.raises(ValueError, match="not a benchlib shapes file"):
+        read_shapes(path)
+
+
+def test_a_layer_the_target_timed_alone_takes_that_time_and_the_rest_their_roofs():
+    from benchlib.roofline.predict import Shapes
+
+    timed = Shapes({"conv": "conv2d sig"}, {"fp32 conv2d sig": {"forward_s": 0.060, "backward_s": 0.1}})
+    p = predict(ROWS, 0.05, dtype="fp32", source=_ceilings(), target=_ceilings(speed=2.0), shapes=timed)
+    parts = p.parts.set_index("layer")
+    assert parts.loc["conv", "predicted_s"] == pytest.approx(0.060)
+    assert parts.loc["conv", "by"] == "its shape timed there"
+    assert parts.loc["bn", "by"] == "roof" and parts.loc["(data wait)", "by"] == "carried unchanged"
+    assert "carried by their own shapes timed on the target" in p.weakest
+    assert p.whole.value == pytest.approx(0.05 * (0.060 + 0.015 + 0.010 + 0.005) / 0.050)
+    assert timed.scale("conv", "backward", "bf16", 0.02) is None, "a shape timed in another dtype is not used"
+    both = Shapes({"conv": "conv2d sig"}, {"fp32 conv2d sig": {"forward_s": 0.060, "backward_s": 0.1}},
+                  {"fp32 conv2d sig": {"forward_s": 0.030, "backward_s": 0.1}})
+    assert both.scale("conv", "forward", "fp32", 0.02) == pytest.approx(2.0), "timed on both: the ratio moves it"
+
+
+def test_a_gpu_known_only_by_its_datasheet_is_a_target_with_a_wider_interval_and_says_so():
+    from benchlib.pipeline.predict import target_ceilings
+    from benchlib.roofline.predict import DATASHEET_LOG_SD
+
+    sheet = target_ceilings("NVIDIA L4")
+    assert sheet.device == "cuda" and sheet.method.startswith("datasheet, not measured")
+    assert sheet.kind_flops_per_s["conv3x3"]["fp32"] == sheet.peak_flops_per_s["fp32"] == 30.3e12
+    p = predict(ROWS, 0.05, dtype="fp32", source=_ceilings(), target=sheet)
+    plain = predict(ROWS, 0.05, dtype="fp32", source=_ceilings(), target=_ceilings(speed=300, bandwidth=15))
+    assert p.log_sd["datasheet"] == DATASHEET_LOG_SD and "datasheet" not in plain.log_sd
+    assert any("datasheet, not measured" in n for n in p.notes)
+    assert "cpu to cuda" in p.weakest
+
+
+@pytest.mark.slow
+def test_the_target_times_the_studys_shapes_and_predict_gives_those_layers_their_times(study, tmp_path, capsys):
+    target = tmp_path / "target"
+    assert main(["-q", "roofline", "--repeats", "3", "--results-dir", str(target), "--shapes-of",
+                 str(study / "study")]) == 0
+    (ceilings,) = (target / "ceilings").glob("*.json")
+    assert (target / "shapes" / ceilings.name).is_file()
+    capsys.readouterr()
+    assert main(["predict", str(study / "study"), "--on", str(ceilings), "--parts"]) == 0
+    text = capsys.readouterr().out
+    assert "by its shape timed there" in text and "carried by their own shapes timed on the target" in text
+    assert main(["predict", str(study / "study"), "--on", str(ceilings), "--parts", "--no-shapes"]) == 0
+    assert "by its shape timed there" not in capsys.readouterr().out
+    for args, needle in ((["--shapes-of", str(study / "study")], "--shapes-of needs --results-dir"),
+                         (["--shapes-of", str(tmp_path / "none"), "--results-dir", str(target)], "no such results")):
+        assert main(["roofline", *args]) == 2
+        assert needle in capsys.readouterr().err

@@ -32,14 +32,16 @@ def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Refuses a bad option in one line, as every other refusal is (argparse prints its usage first, and says of a
-    number only that it is invalid): the option, the value and what is allowed."""
+    """Refuses a bad option in benchlib's one line, as every other refusal is (argparse prints its usage first,
+    names the option as an "argument" and says of a number only that it is invalid): ``benchlib: error: command
+    line:``, the option, the value and what is allowed."""
 
     def error(self, message: str) -> NoReturn:
         message = re.sub(r"invalid (int|float) value: (.*)",
                          lambda m: f"{m.group(2)} is not {'an integer' if m.group(1) == 'int' else 'a number'}; "
                                    f"allowed: {'an integer' if m.group(1) == 'int' else 'a number'}", message)
-        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+        message = re.sub(r"^argument ([^:]+): ", r"\1 ", message)
+        self.exit(2, f"benchlib: error: command line: {message} (see '{self.prog} --help')\n")
 
 
 def seconds(text: str) -> int:
@@ -232,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", help="save the ceilings under RESULTS_DIR/ceilings/ for the summary")
     p.add_argument("--threads", type=int, metavar="N", help="intra-op CPU threads the roofs are measured with "
                    "(default: the CPUs this process may use): a target of `benchlib predict` with N threads")
+    p.add_argument("--shapes-of", metavar="RESULTS", help="also time the distinct convolution and matmul shapes of "
+                   "RESULTS' per-layer tables here, forward and backward, within 2 minutes (needs --results-dir): "
+                   "`benchlib predict` then carries those layers by their own shapes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_command("single", "cmd_roofline"))
 
@@ -239,8 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
              "from their per-layer tables and that machine's ceilings")
     p.add_argument("results", help="a results folder with per-layer tables (layers: true, or benchlib layers)")
     p.add_argument("--on", required=True, metavar="TARGET", help="the target's ceilings file (`benchlib roofline "
-                   "--results-dir DIR` there, DIR/ceilings/*.json copied here) or MACHINE[:DEVICE] of the machine "
-                   "cache")
+                   "--results-dir DIR` there, DIR/ceilings/*.json copied here, with DIR/shapes/ where --shapes-of "
+                   "timed them), MACHINE[:DEVICE] of the machine cache, or a GPU's datasheet (\"NVIDIA L4\", not "
+                   "measured)")
+    p.add_argument("--no-shapes", action="store_true", help="carry every layer by its kind's roof, even where the "
+                   "target timed its shapes")
     p.add_argument("--device", help="the target's device type, checked against its ceilings (cpu, cuda, mps)")
     p.add_argument("--parts", action="store_true", help="also print each configuration's parts, largest first")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -57,8 +57,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     table = d.diff(folders[0], folders[1], metrics, threshold=args.threshold / 100, ignore=ignore)
     explained = _explained(folders, ignore, args.threshold / 100, d.table_family(table)) if args.explain else None
     worse = d.regressions(table, args.fail_on_regression) if args.fail_on_regression is not None else None
+    apart = d.settings_apart(folders[0], folders[1], ignore)
+    if apart and not args.json:
+        print(f"{'- ' if args.markdown else ''}no configuration is in both folders: {apart}")
     if args.json:
-        payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold,
+        payload = {"a": str(args.a), "b": str(args.b), "threshold_pct": args.threshold, "settings_apart": apart,
                    "fail_on_regression_pct": args.fail_on_regression,
                    "regressions": 0 if worse is None else len(worse),
                    "rows": table.to_dict("records")}
@@ -123,7 +126,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from ..report.words import fmt
     from ..roofline.predict import METHOD
 
-    table = predict(Path(args.results), args.on, device=args.device)
+    table = predict(Path(args.results), args.on, device=args.device, shapes=not args.no_shapes)
     if args.json:
         print(json_text({"method": METHOD, "rows": table.to_dict("records"),
                          "parts": {k: v.to_dict("records") for k, v in table.attrs["parts"].items()}}))
@@ -142,8 +145,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for label, parts in table.attrs["parts"].items():
             print(f"\n{label}, largest first:")
             for p in parts.head(10).to_dict("records"):
-                print(f"  {p['layer']} {p['phase']} ({p['op_kind']}): {fmt.seconds_text(p['measured_s'])} x "
-                      f"{p['scale']:.3g} = {fmt.seconds_text(p['predicted_s'])} ({p['share']:.1%})")
+                print(f"  {p['layer']} {p['phase']} ({p['op_kind']}, by {p['by']}): {fmt.seconds_text(p['measured_s'])}"
+                      f" x {p['scale']:.3g} = {fmt.seconds_text(p['predicted_s'])} ({p['share']:.1%})")
     return 0
 
 

@@ -276,6 +276,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     device = _device_argument(args.device)
     if args.repeats < 3:
         raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
+    keys = _shape_keys(args.shapes_of, args.results_dir) if args.shapes_of else []
     if args.threads is not None:
         if not 1 <= args.threads <= 1024:
             raise ConfigError(f"command line: --threads {args.threads}; allowed: integers from 1")
@@ -297,7 +298,37 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             print(f"  {kind:>9}: " + ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in per_dtype.items()))
         for kind, per_dtype in ceilings.kind_bandwidth_bytes_per_s.items():
             print(f"  {kind:>9}: " + ", ".join(f"{d} {v / 1e9:.1f} GB/s" for d, v in per_dtype.items()))
+    if keys:
+        from torch import device as torch_device
+
+        from ..env.manifest import machine_name
+        from ..roofline.shapes import save_shapes, time_shapes
+
+        timed, left = time_shapes(keys, torch_device(device), progress=messages.info)
+        path = save_shapes(Path(args.results_dir), machine_name(), ceilings.device, ceilings.threads, timed)
+        messages.info(f"{len(timed)} shape(s) timed forward and backward -> {path}"
+                      + (f"; {len(left)} left untimed (budget spent): their layers are carried by their roofs"
+                         if left else ""))
     return 0
+
+
+def _shape_keys(results: str, results_dir: str | None) -> list[str]:
+    """The shapes ``--shapes-of RESULTS`` asks for, checked before any measuring: one line where none can be had."""
+    from ..report.readback.layers import load_layer_reports
+    from ..roofline.shapes import wanted
+
+    if not results_dir:
+        raise ConfigError("command line: --shapes-of needs --results-dir DIR, where the shapes are kept beside the "
+                          "ceilings (copy DIR/ceilings and DIR/shapes to the machine that predicts)")
+    if not Path(results).is_dir():
+        raise ConfigError(f"--shapes-of {results}: no such results folder; allowed: a folder with per-layer tables "
+                          "(layers: true, or benchlib layers)")
+    keys = wanted(load_layer_reports([results]))
+    if not keys:
+        raise ConfigError(f"--shapes-of {results}: its per-layer tables hold no layer shapes (measured before benchlib "
+                          "kept them, or none at all); measure them with `benchlib layers --results-dir ...` or "
+                          "`layers: true`")
+    return keys
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from ..env.devices import synchronize
 from ..instruments.samples import Samples
 from ..log import ProgressFn
 from ..store.schema import BATCHES_PER_THROUGHPUT_REPEAT
+from .hooks import step_starts
 
 CallContext = Callable[[], AbstractContextManager[object]]
 # Samples a latency series goes on to within its time budget: p99 needs 299 for an interval at all, and at
@@ -120,6 +121,7 @@ def _timed_passes(model: nn.Module, batch: torch.Tensor, *, warmup: int, passes:
     times: list[float] = []
     start = time.perf_counter()
     while series.more(len(times), time.perf_counter() - start):
+        step_starts("forward")
         t0 = time.perf_counter()
         for _ in range(passes):
             with context():

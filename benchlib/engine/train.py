@@ -22,6 +22,7 @@ from ..instruments.timing import RegionClock, StepTimer
 from ..log import ProgressFn
 from ..spec.knobs import Knobs
 from ..spec.settings import RunSettings, compile_warm_calls
+from .hooks import step_starts
 from .knobs import precision_context
 from .step import Trainer, in_memory_format, to_device, train_step
 
@@ -125,6 +126,7 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
         with RegionClock(t.device) as clock:
             batches = iter(loader)
             for _ in range(steps_this_epoch):
+                step_starts("train")  # a tool's moment before the step (engine.hooks), outside every timer
                 t_wait = time.perf_counter()
                 x, y = next(batches)
                 wait = time.perf_counter() - t_wait

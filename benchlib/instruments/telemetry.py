@@ -256,6 +256,23 @@ class TelemetrySampler:
                                 start_monotonic_s=self._t0, notes=dict(self._notes))
         return self.result
 
+    @property
+    def samples_taken(self) -> int:
+        """Samples taken so far (the first at ``start``)."""
+        return len(self._rows)
+
+    def pause(self) -> None:
+        """End the periodic sampling thread and keep the sources open: samples are then taken only by
+        ``sample_now``, and ``stop`` still takes the last one and closes. For probes that time a sample."""
+        if self._thread is None:
+            raise RuntimeError("sampler was not started")
+        self._stop.set()
+        self._thread.join()
+
+    def sample_now(self) -> None:
+        """Take one sample in the calling thread: what the sampling thread does at each tick."""
+        self._sample()
+
     def __enter__(self) -> TelemetrySampler:
         return self.start()
 

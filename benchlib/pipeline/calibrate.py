@@ -35,7 +35,7 @@ from ..env.fingerprint import fingerprint
 from ..env.manifest import machine_name
 from ..env.threads import default_threads
 from ..errors import CalibrationFailed
-from ..log import ProgressFn
+from ..log import ProgressFn, progress_of
 from ..store.layout import ResultsLayout
 from ..store.machine_cache import fingerprint_change, machine_cache
 from ..store.noise_floor import (
@@ -177,7 +177,7 @@ def measure_noise_floor(device: str = "cpu", *, runs: int = 5, threads: Sequence
     """
     hardware = resolve_hardware(device)
     counts = thread_counts(hardware, threads)
-    tell = progress or (lambda _msg: None)
+    tell = progress_of(progress)
     total = runs * len(counts)
     tell(f"noise floor of {hardware}: {runs} fresh runs at {', '.join(map(str, counts))} thread(s), {total} in all; "
          f"the first run's time gives the estimate: {calibration.command_line(hardware)}")
@@ -273,7 +273,7 @@ def ensure_noise_floor(results_dir: str | Path, device: str = "cpu", *, progress
     hardware = resolve_hardware(device)
     kind, machine = torch.device(hardware).type, machine_name()
     current = fingerprint(torch.device(hardware), METHOD_VERSION)
-    tell = progress or (lambda _msg: None)
+    tell = progress_of(progress)
     path = ResultsLayout.of(results_dir).noise_floor_path(machine, kind)
     floor, reason = _fresh(path, machine, kind, current)
     if floor is not None:

@@ -30,8 +30,9 @@ from ..store.layout import ResultsLayout
 from .own_model import BenchmarkPlan, model_reference, plan_benchmark, run_benchmark
 
 RUN_ARGUMENTS = ("resume", "progress")  # benchmark()'s arguments about measuring, not about what is measured
-COLUMNS = ("hardware", "batch_size", "side", "baseline", "metric", "side_value", "baseline_value", "ratio",
-           "ci_low", "ci_high", "verdict", "level", "note", "reach", "family")
+# the verdict and its interval first, then the figures it is made of, then how it was judged
+COLUMNS = ("side", "baseline", "metric", "ratio", "ci_low", "ci_high", "verdict", "hardware", "batch_size",
+           "side_value", "baseline_value", "level", "note", "reach", "family")
 
 
 def compare(models: ModelSource | str | Sequence[ModelSource | str], *, variants: Sequence[str] = (),

@@ -31,6 +31,7 @@ from ..spec.variants import Variant, parse_variant
 from ..spec.vocab import MODELS, NAME_PATTERN, TIMM_PREFIX, model_problem
 from ..store.layout import ResultsLayout
 from ..store.rows import read_results
+from ..store.schema import key_first
 
 DEFAULT_IMAGE_SIZE_PX = 224  # what ImageNet-style networks are built for, when the model does not say
 DEFAULT_STEPS = 20
@@ -185,6 +186,7 @@ def run_benchmark(plan: BenchmarkPlan, results_dir: str | Path = "results/adhoc"
     ids = {str(r["run_id"]) for r in rows}
     frame = read_results([results_dir])
     mine = frame[frame["run_id"].isin(ids)].reset_index(drop=True)
+    mine = mine[key_first(list(mine.columns))]  # the figures a reader asks for first, then every other column
     result = BenchmarkResults(mine)
     figure = save_figure(mine, ResultsLayout.of(results_dir)) if not mine.empty else None
     result.attrs["figure_path"] = str(figure) if figure else ""

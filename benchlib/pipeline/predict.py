@@ -18,10 +18,15 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..instruments.run_to_run import floor_groups, log_spread
+from ..log import ProgressFn
 from ..report.readback.layers import configurations, load_layer_reports, median_run
+from ..roofline.datasheet import datasheet_ceilings, datasheet_names
 from ..roofline.measured import Ceilings, load_ceilings, read_ceilings
-from ..roofline.predict import METHOD, PredictError, Prediction
+from ..roofline.predict import METHOD, PredictError, Prediction, Shapes
 from ..roofline.predict import predict as predict_parts
+from ..roofline.shapes import read_shapes, shapes_path
+from ..store.atomic import json_text, write_if_changed
+from ..store.layout import ResultsLayout
 from ..store.machine_cache import machine_cache
 from ..store.noise_floor import NoiseFloor, load_noise_floors
 
@@ -31,8 +36,9 @@ MEASURE_TARGET = "ceilings: run `benchlib roofline --results-dir DIR` on the tar
 
 
 def target_ceilings(on: str | Path) -> Ceilings:
-    """The target's ceilings: a ceilings file, or a machine (``MACHINE`` or ``MACHINE:DEVICE``) of the machine
-    cache. ConfigError naming the command that measures it where there is none, or the file is not one."""
+    """The target's ceilings: a ceilings file, a machine (``MACHINE`` or ``MACHINE:DEVICE``) of the machine cache,
+    or a part of the datasheet catalogue ("NVIDIA L4", "H100": its peaks, labelled "datasheet, not measured").
+    ConfigError naming the command that measures it where there is none, or the file is not one."""
     path = Path(on)
     if path.suffix == ".json" or path.exists():
         if not path.is_file():
@@ -48,9 +54,12 @@ def target_ceilings(on: str | Path) -> Ceilings:
     for c in known:
         if c.machine == machine and (not device or c.device == device):
             return c
+    if (sheet := datasheet_ceilings(str(on))) is not None:
+        return sheet
     names = sorted({f"{c.machine}:{c.device}" for c in known}) or ["none yet"]
-    raise ConfigError(f"--on {on}: not a ceilings file, nor a machine of the machine cache ({', '.join(names)}); "
-                      f"allowed: a path to a ceilings file ({MEASURE_TARGET})")
+    raise ConfigError(f"--on {on}: not a ceilings file, nor a machine of the machine cache ({', '.join(names)}), nor "
+                      f"a datasheet ({', '.join(datasheet_names())}: not measured); allowed: a path to a ceilings "
+                      f"file ({MEASURE_TARGET})")
 
 
 def _source(folder: Path, report: dict[str, Any], found: Sequence[Ceilings]) -> Ceilings:
@@ -86,11 +95,27 @@ def _rows(report: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return list((report.get("inference") or {}).get("layers") or [])
 
 
-def predict(results: str | Path, on: str | Path | Ceilings, device: str | None = None) -> pd.DataFrame:
+def _shapes_of(path: Path | None) -> dict[str, dict[str, float]]:
+    """The shapes timed beside a ceilings file (``DIR/shapes/`` of ``DIR/ceilings/``), or none."""
+    where = shapes_path(path) if path is not None else None
+    if where is None or not where.is_file():
+        return {}
+    try:
+        return read_shapes(where)
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{where}: {exc}; time them again with `benchlib roofline --shapes-of RESULTS "
+                          "--results-dir DIR` on that machine") from None
+
+
+def predict(results: str | Path, on: str | Path | Ceilings, device: str | None = None, *,
+            skip: bool = False, shapes: bool = True) -> pd.DataFrame:
     """Every configuration of ``results`` with per-layer files, predicted on ``on``: one row per configuration
     and figure (training step, training throughput, batch-1 latency), ``COLUMNS``; the parts under
     ``.attrs["parts"]`` ({label: DataFrame}). ``device``: the target's device type where the caller names it
-    (refused where its ceilings say another). ConfigError naming what is missing and the command that makes it."""
+    (refused where its ceilings say another). ConfigError naming what is missing and the command that makes it;
+    with ``skip`` a configuration the target cannot take (a roof it lacks) is left out and said under
+    ``.attrs["skipped"]`` ({label: why}), so a study's other predictions still land. ``shapes``: carry the layers
+    the target timed alone (``benchlib roofline --shapes-of``, kept beside its ceilings file) by those times."""
     folder = Path(results)
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such results folder; allowed: a folder benchlib wrote, e.g. results/default")
@@ -104,7 +129,10 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
                           "study, or `benchlib layers --results-dir ...` for one configuration")
     rows: list[dict[str, Any]] = []
     parts: dict[str, pd.DataFrame] = {}
+    skipped: dict[str, str] = {}
     found, floors = load_ceilings([folder]), load_noise_floors([folder])  # read once for every configuration
+    there = _shapes_of(Path(target.path) if target.path else None) if shapes else {}
+    here: dict[str | None, dict[str, dict[str, float]]] = {}  # each source's own shapes, read once
     for runs in configurations(reports):
         report = dict(median_run(runs))
         source = _source(folder, report, found)
@@ -115,10 +143,17 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
             table, whole = _rows(report, key), _whole_s(report, key)
             if not table or not whole > 0:
                 continue
+            named = report.get("shapes") if key == "training" else (report.get("inference") or {}).get("shapes")
+            if there and source.path not in here:
+                here[source.path] = _shapes_of(Path(source.path) if source.path else None)
+            timed = Shapes(named or {}, there, here[source.path]) if there else None
             try:
                 p = predict_parts(table, whole, dtype=dtype, source=source, target=target, what=what,
-                            run_log_sd=_run_log_sd(runs, floors, key))
+                                  run_log_sd=_run_log_sd(runs, floors, key), shapes=timed)
             except PredictError as exc:
+                if skip:
+                    skipped[f"{label}: {what}"] = str(exc)
+                    continue
                 raise ConfigError(f"{target.path or target.machine}: {exc}; measure it with `benchlib roofline "
                                   f"--results-dir DIR` on the target (this benchlib's ceilings hold every kind)") \
                     from None
@@ -126,6 +161,53 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
             rows += _figures(p, report, target, batch, len(runs))
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs["parts"] = parts
+    out.attrs["skipped"] = skipped
+    return out
+
+
+def study_targets(names: Sequence[str]) -> list[Ceilings]:
+    """A study's ``predict_on`` targets resolved before anything runs: ConfigError for the first that is neither a
+    ceilings file nor a machine of the machine cache (a typo is refused before hours of measuring, not after)."""
+    return [target_ceilings(n) for n in names]
+
+
+def keep_targets(folder: Path, targets: Sequence[Ceilings]) -> None:
+    """Each target's ceilings copied under the results folder's ``targets/``: the folder then holds what its
+    predictions are made from (a SLURM array's report step, or a later ``benchlib report``, predicts again from
+    them); a target the study no longer names is removed. Rewritten only when changed, so an unchanged study's
+    page is reused."""
+    layout = ResultsLayout.of(folder)
+    kept = {layout.target_path(t.machine, t.device) for t in targets}
+    for old in layout.target_files():
+        if old not in kept:  # a target the study no longer names: its predictions go with it
+            old.unlink()
+    for target in targets:
+        text = json_text(target.to_json(), indent=1) + "\n"
+        write_if_changed(layout.target_path(target.machine, target.device), text)
+
+
+def save_predictions(folder: Path, progress: ProgressFn) -> pd.DataFrame | None:
+    """The folder's configurations predicted on each machine under its ``targets/``, written to
+    ``predictions.csv`` for the summary (only when its text changed); None where it holds no targets. A
+    configuration a target cannot take (a roof it lacks) is said through ``progress`` and left out; a target
+    file that is not one is said and skipped, so the summary of the measured rows still runs."""
+    layout = ResultsLayout.of(folder)
+    tables = []
+    for path in layout.target_files():
+        try:
+            target = read_ceilings(path)
+            table = predict(folder, target, skip=True)
+        except (ConfigError, OSError, ValueError, TypeError) as exc:
+            progress(f"predictions on {path.name}: none ({exc})")
+            continue
+        for label, why in table.attrs["skipped"].items():
+            progress(f"predictions on {target.machine}:{target.device}: {label} not predicted ({why})")
+        progress(f"predictions on {target.machine}:{target.device}: {len(table)} figure(s)")
+        tables.append(table)
+    if not layout.target_files():
+        return None
+    out = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=list(COLUMNS))
+    write_if_changed(layout.predictions_csv, out.to_csv(index=False))
     return out
 
 

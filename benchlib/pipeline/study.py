@@ -37,12 +37,13 @@ from ..run.record import record_pair_failure, refresh_roofs, set_aside_stale_row
 from ..spec.settings import RunConfig
 from ..spec.study import StudyConfig
 from ..spec.variants import variant_spec
-from ..store.atomic import atomic_write_text, json_text, remove_stale_temp_files
+from ..store.atomic import atomic_write_text, json_text, remove_stale_temp_files, write_if_changed
 from ..store.layout import ReportLayout, ResultsLayout, StudyPaths, pair_notebook_name
 from ..store.lock import folder_lock
 from ..store.rows import complete_row, read_results, write_table
 from . import progress, publish
 from .calibrate import ensure_noise_floor
+from .predict import keep_targets, save_predictions, study_targets
 from .rounds import RoundKeeper
 
 # torch's C++ log warns in every profile that memory allocated before profiling is not followed: its page
@@ -140,11 +141,13 @@ def run_study(cfg: StudyConfig, *, results_root: str | Path = "results", reports
 
 def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s: int | None, fresh: bool,
                only_pair: int | None, summary: bool) -> StudyOutcome:
+    targets = study_targets(cfg.predict_on)  # neither a file nor a cached machine: refused before anything moves
     if fresh:
         for old in move_aside(paths, keep=tuple(paths.results.lock_files())):
             _log(f"--fresh: moved old output to {old}")
         writable_folder(paths.results.root, "--results-root")
         writable_folder(paths.reports.runs_dir, "--reports-root")
+    keep_targets(paths.results.root, targets)
     # a notebook being run saves to a temporary file that may wait long for its next save: the report's are
     # removed only where no pair task of the study can be running one (a whole study holds the folder alone)
     removed = remove_stale_temp_files(paths.results.root)
@@ -198,8 +201,7 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     rules = run_rules(mine[mine["study"] == cfg.study], superseded_rows([paths.results.root]))
     rules_text = json_text({"study": cfg.study, "params": cfg.source, "description": cfg.description,
                             "interleave": cfg.interleave, **rules, "rounds": keeper.record()}, indent=1) + "\n"
-    if _text_of(paths.results.run_rules_path) != rules_text:  # before the summary, which shows them
-        atomic_write_text(paths.results.run_rules_path, rules_text)
+    write_if_changed(paths.results.run_rules_path, rules_text)  # before the summary, which shows them
     if summary:
         summarize([paths.results.root], paths.reports.root, title=f"benchlib study: {cfg.study}", cwd=cwd,
                   cell_timeout_s=cell_timeout_s, description=cfg.description, reuse=True)
@@ -210,13 +212,6 @@ def _run_study(cfg: StudyConfig, paths: StudyPaths, *, cwd: Path, cell_timeout_s
     _log(f"study '{cfg.study}' done in {time.perf_counter() - t_study:.0f} s: {run} pair(s) run, {skipped} already "
          f"complete, {failed} failed; {configs_failed} failed configuration(s); report {paths.reports.index}")
     return StudyOutcome(run, skipped, failed, configs_failed, profiles_failed)
-
-
-def _text_of(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
 
 
 class CeilingsFirst:
@@ -358,6 +353,8 @@ def summarize(results_dirs: list[Path], report_dir: Path, *, title: str, cwd: Pa
     """
     report = ReportLayout(report_dir)
     out = report.analysis_notebook(notebook)
+    for d in results_dirs:  # before the page's inputs are read: the predictions are one of them
+        save_predictions(Path(d), _log)
     description = description if description is not None else _recorded_description(results_dirs)
     inputs = publish.page_inputs([Path(d) for d in results_dirs], notebook, title, description)
     if reuse and publish.up_to_date(report, notebook, inputs):

@@ -17,6 +17,8 @@ import re
 from typing import Any
 
 from ..env.mig import is_mig_name
+from ..spec.vocab import COMPUTE_KINDS
+from .measured import Ceilings
 
 TERA = 1e12
 GIGA = 1e9
@@ -237,3 +239,26 @@ def slice_datasheet(device_name: str, parent_form: str | None = None) -> tuple[d
               "peak_flops_per_s": {k: v * compute for k, v in parent["peak_flops_per_s"].items()},
               "bandwidth_bytes_per_s": parent["bandwidth_bytes_per_s"] * memory}
     return scaled, how
+
+
+NOT_MEASURED = "datasheet, not measured"  # the label every figure made from a datasheet entry carries
+
+
+def datasheet_names() -> list[str]:
+    """The parts a prediction can target from their datasheet alone (``benchlib predict --on "NVIDIA L4"``)."""
+    return list(DATASHEET)
+
+
+def datasheet_ceilings(name: str) -> Ceilings | None:
+    """A datasheet entry (its key, or a device name it matches: "H100", "NVIDIA GeForce RTX 4090") as the ceilings
+    of a machine nobody measured: each kind of layer meets the dtype's peak, cache and DRAM the one bandwidth.
+    ``method`` says "datasheet, not measured" with the entry's source; None where no entry matches."""
+    entry = datasheet_for(name)
+    if entry is None:
+        return None
+    peaks = {dtype: float(v) for dtype, v in entry["peak_flops_per_s"].items()}
+    bandwidth = float(entry["bandwidth_bytes_per_s"])
+    return Ceilings("mps" if entry["name"].startswith("Apple") else "cuda", entry["name"], peaks, bandwidth,
+                    method=f"{NOT_MEASURED}: {entry['source']}", machine=f"datasheet {entry['name']}",
+                    kind_flops_per_s={kind: dict(peaks) for kind in COMPUTE_KINDS},
+                    kind_bandwidth_bytes_per_s={home: {d: bandwidth for d in peaks} for home in ("dram", "cache")})

@@ -26,20 +26,27 @@ import numpy as np
 import pandas as pd
 
 from ..spec.vocab import COMPUTE_KINDS, TIMING_LAYER
+from .datasheet import NOT_MEASURED
 from .layers import roof_time_s
 from .measured import Ceilings
 
 METHOD = ("each part keeps the efficiency it reached here against its own kind's roof and meets the target's "
-          "roof of that kind; parts with no counted work carry over unchanged")
+          "roof of that kind, or moves as its own shape's time does where the target timed that shape alone; parts "
+          "with no counted work carry over unchanged")
 # The method's own error as the log's standard deviation: the spread of log(predicted / measured) over
 # benchmarks/predict_check.py's targets, not counting what the other two spreads hold. Provisional: the
 # published predictors' ~10% error; predict_check.py has not yet run on a host quiet enough to measure it
 # (docs/prediction.md says so), and every prediction's notes say the figure is provisional.
 METHOD_LOG_SD = 0.10
 METHOD_MEASURED = False  # True once METHOD_LOG_SD comes from predict_check.py's table
+# A target known only from its datasheet: its peaks are not what it reaches. The one GPU benchlib has measured
+# (an H200, docs/gpu.md) reached 66-76% of its sheet's compute and 89% of its bandwidth; a sheet's roof leans the
+# prediction fast by about that, and how far on another part is unknown: a log SD of 0.25 (x0.66-1.5 at 90%).
+DATASHEET_LOG_SD = 0.25
 Z90 = 1.6448536269514722  # the two-sided 90% normal quantile
 IQR_TO_SD = 1.349  # a normal's interquartile range in standard deviations
-PART_COLUMNS = ("layer", "phase", "op_kind", "measured_s", "scale", "predicted_s", "share")
+PART_COLUMNS = ("layer", "phase", "op_kind", "by", "measured_s", "scale", "predicted_s", "share")
+_BY = {"shape": "its shape timed there", "none": "carried unchanged"}  # else: "roof", its kind's
 
 
 class PredictError(ValueError):
@@ -68,7 +75,7 @@ class Prediction:
     what: str  # "training step" or "batch-1 forward"
     whole: Predicted
     parts: pd.DataFrame  # PART_COLUMNS, largest predicted first
-    log_sd: dict[str, float]  # the interval's spreads: runs, roofs, method (NaN: unknown)
+    log_sd: dict[str, float]  # the interval's spreads: runs, roofs, method, datasheet where so (NaN: unknown)
     weakest: str  # where the prediction rests most on assumption, in words
     notes: list[str] = field(default_factory=list)
 
@@ -111,13 +118,41 @@ def _roof_noise(c: Ceilings, kind: str, dtype: str, resident: bool) -> float:
     return max((float(iqr[k]) for k in keys if math.isfinite(float(iqr[k]))), default=0.0)
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """The layers' own shapes timed alone (``roofline.shapes``): each layer's signature in this table, the
+    target's times of those signatures and, where the source timed them too, the source's.
+
+    With both, a layer moves by its shape's time there over here: what timing a shape alone misses (a large
+    layer's weights stream from DRAM inside the model but stay cached in a loop of one shape, 2-3x at batch 1
+    on a 32 MB cache) cancels. With the target's alone, the layer takes the target's time as it is."""
+
+    layers: Mapping[str, str]  # layer name -> signature (``nets.layer_shapes``)
+    target: Mapping[str, Mapping[str, float]]  # shape key -> {forward_s, backward_s}
+    source: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def scale(self, layer: str, phase: str, dtype: str, measured_s: float) -> float | None:
+        """A layer's time there over its measured time here, from its shape; None where the target did not
+        time it."""
+        text = self.layers.get(layer)
+        if not text or phase not in ("forward", "backward") or not measured_s > 0:
+            return None
+        key, field_name = f"{dtype} {text}", f"{phase}_s"
+        there = self.target.get(key, {}).get(field_name)
+        if not there:
+            return None
+        here = self.source.get(key, {}).get(field_name)
+        return there / here if here else there / measured_s
+
+
 def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, source: Ceilings, target: Ceilings,
             what: str = "training step", run_log_sd: float = math.nan,
-            method_log_sd: float = METHOD_LOG_SD) -> Prediction:
+            method_log_sd: float = METHOD_LOG_SD, shapes: Shapes | None = None) -> Prediction:
     """``rows`` (a per-layer file's table: ``roofline.layers.LAYER_COLUMNS``) and its plain measured ``plain_s``,
     measured against ``source``'s roofs, predicted on ``target``'s. ``run_log_sd``: the source's run-to-run
-    spread of the whole (its runs or noise floor; NaN: unknown). PredictError where ``target`` lacks a roof a
-    part needs (``missing_roofs``)."""
+    spread of the whole (its runs or noise floor; NaN: unknown). ``shapes``: layers the target timed alone, carried
+    by their own times instead of their kind's roof. PredictError where ``target`` lacks a roof a part needs
+    (``missing_roofs``)."""
     if not rows or not (plain_s > 0):
         raise PredictError("the per-layer table has no parts or no plain step to predict from")
     if missing := missing_roofs(target, rows, dtype):
@@ -132,7 +167,10 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
         flops, moved = _number(r.get("flops")), _number(r.get("bytes"))
         kind, resident = str(r.get("op_kind") or "elementwise"), bool(r.get("cache_resident"))
         scale = 1.0
-        if flops > 0 or moved > 0:
+        timed = shapes.scale(layer, str(r.get("phase")), dtype, measured) if shapes is not None else None
+        if timed is not None:
+            scale, home = timed, "shape"
+        elif flops > 0 or moved > 0:
             here = roof_time_s(flops, moved, *source.kind_roof(kind, dtype, resident))
             there = roof_time_s(flops, moved, *target.kind_roof(kind, dtype, resident))
             scale = there / here if here > 0 else 1.0
@@ -142,7 +180,7 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
         else:
             home = "none"
         parts.append({"layer": layer, "phase": str(r.get("phase")), "op_kind": kind, "measured_s": measured,
-                      "scale": scale, "predicted_s": measured * scale, "_home": home})
+                      "scale": scale, "predicted_s": measured * scale, "by": _BY.get(home, "roof"), "_home": home})
     table = pd.DataFrame(parts)
     measured_sum, predicted_sum = float(table["measured_s"].sum()), float(table["predicted_s"].sum())
     if not (measured_sum > 0):
@@ -151,12 +189,18 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
     weights = table.groupby("_home")["predicted_s"].sum() / predicted_sum
     roofs_sd = math.sqrt(sum((weights.get(home, 0.0) * sd) ** 2 for home, sd in noise.items()))
     spreads = {"runs": run_log_sd, "roofs": roofs_sd, "method": method_log_sd}
+    sheet = target.method.startswith(NOT_MEASURED)
+    if sheet:
+        spreads["datasheet"] = DATASHEET_LOG_SD
     total = math.sqrt(sum(v ** 2 for v in spreads.values() if math.isfinite(v)))
     whole = Predicted(value, value * math.exp(-Z90 * total), value * math.exp(Z90 * total), plain_s)
     unchanged = float(weights.get("none", 0.0))
     table = table.assign(share=table["predicted_s"] / predicted_sum).sort_values("predicted_s", ascending=False)
     notes = [] if math.isfinite(run_log_sd) else [
         "one run and no noise floor: the source's run-to-run spread is unknown and left out of the interval"]
+    if sheet:
+        notes.append(f"the target's roofs are its {target.method} (a measured roof is lower: the prediction leans "
+                     f"fast, and its interval holds {DATASHEET_LOG_SD:.0%} more in the log for it)")
     if not METHOD_MEASURED:
         notes.append(f"the method's own error in the interval ({method_log_sd:.0%} in the log) is provisional: not "
                      "yet measured by benchmarks/predict_check.py on a quiet host")
@@ -169,6 +213,10 @@ def _weakest(unchanged: float, table: pd.DataFrame, target: Ceilings, source: Ce
     roofs differ most between the machines (its parts' efficiency is least likely to carry)."""
     said = (f"{unchanged:.0%} of the predicted time is parts with no counted work, carried over unchanged "
             "(per-call costs taken to be the same on the target)")
+    by_shape = float(table.loc[table["by"] == _BY["shape"], "predicted_s"].sum() / table["predicted_s"].sum())
+    if by_shape > 0:
+        said += f"; {by_shape:.0%} is layers carried by their own shapes timed on the target"
+    table = table[table["by"] == "roof"]
     if target.device != source.device:
         said += f"; {source.device} to {target.device}: per-call costs differ most between device types"
     moved = table[table["scale"] != 1.0]

@@ -33,12 +33,11 @@ from ..roofline.measured import Ceilings
 from ..roofline.model import place_workload, roof_dtype
 from ..spec.settings import RunConfig, settings_digest
 from ..store import schema
+from ..store.rows import Row
 from .measurement import Measurement, Quantized
 
 if TYPE_CHECKING:  # counting work imports torchvision: a study's driver, which reads rows, never counts
     from ..nets.flops import Complexity
-
-Row = dict[str, Any]
 
 
 def now_utc() -> str:

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from ..engine.hooks import step_starts
 from ..engine.knobs import precision_context
 from ..engine.setup import build, check_runs, configuration, wrap
 from ..engine.step import Trainer, in_memory_format, make_optimizer, train_step
@@ -42,8 +43,9 @@ from ..instruments.layer_times import (
     region_device_us,
 )
 from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
-from ..log import ProgressFn
+from ..log import ProgressFn, progress_of
 from ..nets.counters import count_train_per_sample, counting_copy, leaf_modules
+from ..nets.layer_shapes import layer_shapes
 from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_forward_work, count_layer_work
 from ..nets.op_kinds import op_kinds
 from ..nets.quantize import quantized_copy
@@ -145,6 +147,7 @@ class _Steps:
 
     def timed(self) -> tuple[float, float]:
         """One step: its time and, apart, the time it waited for its batch (both seconds)."""
+        step_starts("train")
         waited = time.perf_counter()
         with record_function("data_wait"):
             x, y = next(self.batches)
@@ -155,6 +158,7 @@ class _Steps:
 
     def hooked(self, timer: HookTimer) -> tuple[float, pd.DataFrame]:
         """One step timed layer by layer by ``timer``'s hooks (a CPU's): its time and its rows."""
+        step_starts("train")
         waited = time.perf_counter()
         with timer.region(DATA_WAIT_LAYER, "other"):
             x, y = next(self.batches)
@@ -185,7 +189,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     on_gpu = device.type == "cuda"
     check_runs(s, str(device))
     _quiet_kineto(device)
-    say = progress or (lambda msg: None)
+    say = progress_of(progress)
     ceilings = ensure_ceilings(results_dir, device, progress)
     dtype = roof_dtype(s.knobs.precision, device.type, bool(s.knobs.tf32))
     if dtype not in ceilings.peak_flops_per_s:
@@ -275,11 +279,13 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         about={"study": cfg.study, "model": cfg.model, "hardware": cfg.hardware, "device": str(device),
                "batch_size": cfg.batch_size, "image_size": s.image_size, "variant": s.variant,
                "machine": machine_name(), "cache_bytes": cache_bytes,
+               "shapes": layer_shapes(built.model, in_memory_format(x.to(device), s.knobs)),
                **({} if on_gpu else {"hook_call_cost_s": call_cost.to_json()})},
         plain_steps_s=plain, plain_data_wait_s=waits, per_step=_series(per_step))
     if served is built.model:
         report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
                                               bandwidth, element_bytes, cache_bytes, ops, roof_of)
+        report.inference["shapes"] = layer_shapes(built.model, in_memory_format(x[:1].to(device), s.knobs))
     else:
         report.inference = _int8_inference_figures(inference, served)
         report.notes.append(f"batch-1 forward: the {s.knobs.quantization} int8 copy the variant serves, timed "
@@ -309,6 +315,7 @@ class _Forwards:
         self.call_cost = call_cost
 
     def one(self) -> float:
+        step_starts("forward")
         start = time.perf_counter()
         with torch.inference_mode(), precision_context(self.knobs, self.device), record_function("forward"):
             self.net(self.x1)

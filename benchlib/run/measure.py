@@ -43,7 +43,7 @@ from ..instruments.energy import NVML_MIN_WINDOW_S, EnergyMeter, EnergyReading
 from ..instruments.memory import PeakMemory
 from ..instruments.samples import Samples
 from ..instruments.telemetry import NullSampler, Telemetry, TelemetrySampler
-from ..log import ProgressFn
+from ..log import ProgressFn, progress_of
 from ..nets.flops import complexity_for_run
 from ..nets.quantize import (
     count_quantized_modules,
@@ -128,7 +128,7 @@ def measure(cfg: RunConfig, *, machine: str | None = None, progress: ProgressFn 
     dist_info = distributed.init(device)
     device = distributed.rank_device(device, dist_info)
     messages.debug(f"{cfg.run_id}: on {device}, {dist_info or 'one process'}, settings {cfg.settings.flat()}")
-    say = progress or (lambda _msg: None)
+    say = progress_of(progress)
     watch = RankWatch.launched(on_peer_failure or (lambda failure: say(f"{cfg.run_id}: stopping: {failure}")))
     try:
         if watch is not None:
@@ -295,7 +295,7 @@ def _measure(cfg: RunConfig, device: torch.device, dist_info: distributed.DistIn
     """The phases in order: set-up, training, evaluation, inference, under the telemetry sampler and the energy
     meters; then the record of them."""
     s = cfg.settings
-    say = progress or (lambda _msg: None)
+    say = progress_of(progress)
     started_utc, t_start = now_utc(), time.perf_counter()
     b = _set_up(cfg, device, dist_info, weights, say)
     uuids = _gpu_uuids(device, dist_info)

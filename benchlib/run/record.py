@@ -30,7 +30,7 @@ from ..env.manifest import collect_manifest, machine_name, manifest_id
 from ..env.rank_watch import RankWatch
 from ..errors import RankFailed, one_line
 from ..instruments.run_to_run import floor_pcts
-from ..log import ProgressFn
+from ..log import ProgressFn, progress_of
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..roofline.measured import Ceilings
 from ..spec.settings import RunConfig, RunSettings
@@ -253,7 +253,7 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     rows: list[Row] = []
     for i, cfg in enumerate(configs, 1):
         done = complete_row(layout, machine, cfg.run_id) if resume else None
-        tell = progress or (lambda _msg: None)
+        tell = progress_of(progress)
         if only_round is not None and cfg.settings.seed != settings.seed + only_round:
             if done is not None:
                 rows.append(done)

@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from ..errors import missing
-from ..log import ProgressFn
+from ..log import ProgressFn, progress_of
 
 try:
     import optuna
@@ -198,7 +198,7 @@ def tune_pair(base: RunConfig, space: SearchSpace, *, n_trials: int, objective: 
         ConfigError: bad objective, empty or impossible search space, or a study of this name that
             optimizes another objective.
     """
-    say = progress or (lambda _msg: None)
+    say = progress_of(progress)
     where = f"tuning {base.hardware}/{base.model}"
     if objective not in OBJECTIVES:
         raise ConfigError(f"{where}: key 'objective' is {objective!r}; allowed: one of: {', '.join(OBJECTIVES)}")

@@ -54,6 +54,8 @@ GRID_KEYS: dict[str, str] = {
     "profile": "true or false: also profile each pair (torch.profiler) at its first batch size",
     "layers": "true or false: also measure each configuration's training step layer by layer against the roofline "
               "(benchlib layers) at the first batch size (each variant and repeat a run), on CPU or CUDA",
+    "predict_on": "list of machines to predict each configuration on (needs layers: true): each a ceilings file "
+                  "measured there by benchlib roofline, or MACHINE[:DEVICE] of the machine cache",
     "calibrate": "true or false (default: when the study compares devices, variants, batch sizes or swept values "
                  "at one run a side): measure this machine's run-to-run noise floor (benchlib calibrate; kept per "
                  "machine and reused while fresh), so comparisons of one run a side can be judged",
@@ -200,6 +202,7 @@ class StudyConfig:
     auto_repeats: AutoRepeats | None = None  # repeats: auto (then ``repeats`` is its max_runs)
     layers: bool = False  # every configuration's step layer by layer (benchlib layers) at the first batch size
     ceilings_at_end: bool = True  # the ceilings measured once more at the end, the higher of each kept
+    predict_on: tuple[str, ...] = ()  # targets each configuration is predicted on (ceilings files or cache machines)
 
     def pairs(self) -> list[tuple[str, str]]:
         """(hardware, model) pairs in the order they run: one notebook each."""
@@ -407,7 +410,21 @@ def parse_study(raw: Any, where: str) -> StudyConfig:
                        variants, _flag(raw, "interleave", where, default=True),
                        _flag(raw, "calibrate", where) if "calibrate" in raw else None, auto,
                        _flag(raw, "layers", where),
-                       _flag(raw, "ceilings_at_end", where, default=True))
+                       _flag(raw, "ceilings_at_end", where, default=True), _predict_on(raw, where))
+
+
+def _predict_on(raw: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The study's prediction targets: text only here (whether each names a ceilings file or a cached machine is
+    the preflight's to say); a prediction needs per-layer tables, so ``layers: true``."""
+    if "predict_on" not in raw:
+        return ()
+    targets = _as_list(raw["predict_on"], "predict_on", where, str, GRID_KEYS["predict_on"])
+    if raw.get("layers") is not True:
+        raise ConfigError(f"{where}: key 'predict_on' needs per-layer tables to predict from; allowed: predict_on "
+                          "with layers: true")
+    if blank := [t for t in targets if not t.strip()]:
+        raise ConfigError(f"{where}: key 'predict_on' has {blank[0]!r}; allowed: {GRID_KEYS['predict_on']}")
+    return tuple(targets)
 
 
 def read_study_file(path: str | Path) -> Any:

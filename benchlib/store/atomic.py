@@ -106,6 +106,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` atomically unless it already holds exactly that; whether it wrote. A file
+    unchanged keeps its time of change, so a page made from it (``publish.page_inputs``) is reused."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    atomic_write_text(path, text)
+    return True
+
+
 def json_ready(value: Any) -> Any:
     """Non-finite floats become null (JSON has no NaN) and numpy/torch scalars plain numbers, recursively."""
     if isinstance(value, dict):

@@ -10,6 +10,10 @@ A results folder (``results/<study>/``)::
     noise_floor/<machine>__<device>.json   how far two runs of identical settings differ on this machine
     weights/<machine>__<model>__<key>.pt   trained weights shared with inference-only variants
     profiles/<machine>__<run_id>/          torch.profiler tables, trace.json, tensorboard/, profile.json
+    layers/<machine>__<run_id>.json        a configuration's step layer by layer, with its layers' shapes
+    shapes/<machine>__<device>.json        layer shapes timed alone here (``benchlib roofline --shapes-of``)
+    targets/<machine>__<device>.json       the machines a study predicts on (``predict_on``): their ceilings
+    predictions.csv                        every configuration predicted on each target
     tuning/optuna.sqlite3                  Optuna studies of ``benchlib tune`` in one process, or
     tuning/optuna.journal                  once parallel workers shared them (then the studies live here);
                                            tuning/<cpu|gpu>-tuned.yaml
@@ -30,6 +34,7 @@ One file per row means concurrent writers never share a file.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +48,17 @@ DEFAULT_REPORTS_ROOT = Path("reports")
 def row_key(machine: str, run_id: str) -> str:
     """The file stem of a row and of everything that belongs to it."""
     return safe_name(f"{machine}__{run_id}")
+
+
+def from_project_root(cwd: Path | None = None) -> Path | None:
+    """Run a notebook opened in a project's ``notebooks/`` (JupyterLab's working folder) as from the project's
+    root, where ``params/``, ``results/`` and ``reports/`` are: changes the working folder there and returns it;
+    None (nothing changed) anywhere else, as under ``benchlib study``, which runs notebooks from the root."""
+    here = (cwd or Path.cwd()).resolve()
+    if here.name != "notebooks" or not (here.parent / "params").is_dir():
+        return None
+    os.chdir(here.parent)
+    return here.parent
 
 
 def reports_index(reports_root: Path = DEFAULT_REPORTS_ROOT) -> Path:
@@ -148,6 +164,22 @@ class ResultsLayout:
 
     def noise_floor_files(self) -> list[Path]:
         return sorted((self.root / "noise_floor").glob("*.json"))
+
+    def shapes_path(self, machine: str, device: str) -> Path:
+        """Layer shapes timed alone on one device of this machine (``benchlib roofline --shapes-of``)."""
+        return self.root / "shapes" / f"{safe_name(machine)}__{safe_name(device)}.json"
+
+    def target_path(self, machine: str, device: str) -> Path:
+        """A machine the study predicts on (``predict_on``): its ceilings, copied here from where they were measured."""
+        return self.root / "targets" / f"{safe_name(machine)}__{safe_name(device)}.json"
+
+    def target_files(self) -> list[Path]:
+        return sorted((self.root / "targets").glob("*.json"))
+
+    @property
+    def predictions_csv(self) -> Path:
+        """Every configuration predicted on each target (``pipeline.predict.COLUMNS``), one row per figure."""
+        return self.root / "predictions.csv"
 
     # -- trained weights, profiles, tuning
     def weights_path(self, machine: str, model: str, training_key: str) -> Path:

@@ -331,6 +331,18 @@ REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in IDENTITY if c.name not
 READER_COLUMNS: dict[str, Column] = {"results_dir": Column("results_dir", "", "results folder the row was read from")}
 
 
+# What a reader of a result frame looks for first (``benchlib.benchmark``): which configuration, whether it ran, and
+# its headline figures; every other column follows in the schema's order.
+KEY_COLUMNS: tuple[str, ...] = ("model", "hardware", "batch_size", "variant", "status", "train_samples_per_s",
+                                "train_step_s_median", "latency_ms_p50", "latency_ms_p99", "test_accuracy",
+                                "peak_rss_above_baseline_bytes", "peak_cuda_allocated_bytes", "run_id")
+
+
+def key_first(columns: list[str] | tuple[str, ...]) -> list[str]:
+    """``columns`` with ``KEY_COLUMNS`` (those present) moved to the front, the rest in their order."""
+    return [c for c in KEY_COLUMNS if c in columns] + [c for c in columns if c not in KEY_COLUMNS]
+
+
 def names(group: tuple[Column, ...]) -> tuple[str, ...]:
     return tuple(c.name for c in group)
 

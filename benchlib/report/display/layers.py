@@ -1,5 +1,6 @@
 """Per-layer pages: a configuration's training step layer by layer against the roofline (the figure, the layers
-that lose the most time, the same by kind of layer, how it was made), in the summary and the profile notebook."""
+that lose the most time, the same by kind of layer, how it was made), in the summary and the profile notebook,
+and the predictions made from them on other machines."""
 from __future__ import annotations
 
 import html
@@ -11,8 +12,9 @@ from IPython.display import Markdown, display
 
 from ..figures import layers as layer_figures
 from ..findings.work import layer_sentences
-from ..readback.layers import configurations, load_layer_reports, median_run
+from ..readback.layers import configurations, load_layer_reports, load_predictions, median_run
 from ..tables import layers as layer_tables
+from ..words import fmt
 from . import show
 
 TOP_LAYERS = 12
@@ -54,3 +56,56 @@ def layers(results_dirs: Iterable[str], figures_dir: str) -> None:
             display(Markdown(f"**{title}**: the run with the median measured step of {len(runs)} "
                              f"({r.get('run_id')}); every run's table is in the results folder's `layers/`."))
         layer_page(r, figures_dir)
+
+
+def _interval(r: Mapping[str, Any]) -> str:
+    return f"{fmt.significant(r['predicted'])} [{fmt.significant(r['low'])}, {fmt.significant(r['high'])}]"
+
+
+def predictions(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
+    """The summary's section where the study names machines to predict on (``predict_on``): each configuration's
+    step, throughput and batch-1 latency there with its 90% interval, where each rests most on assumption, and,
+    where the target was measured too, the prediction against that measurement."""
+    predicted = load_predictions(results_dirs)
+    if predicted.empty:
+        return
+    show.heading("Predicted on other machines")
+    display(Markdown(
+        "Each configuration measured layer by layer here, predicted on the machines the study names in "
+        "`predict_on` from their ceilings (measured there by `benchlib roofline`; nothing was trained there), "
+        f"with 90% intervals. Method: {predicted['method'].iloc[0]}. How it is made, its limits and how far it "
+        "has missed: docs/prediction.md."))
+    cells = pd.DataFrame({
+        "target": predicted["target"], "model": predicted["model"], "hardware here": predicted["hardware"],
+        "batch": predicted["batch_size"], "variant": predicted["variant"], "figure": predicted["figure"],
+        "unit": predicted["unit"],
+        "measured here": [f"{fmt.significant(v)} (median of {int(n)} run(s))"
+                          for v, n in zip(predicted["measured"], predicted["runs"])],
+        "predicted there [90%]": [_interval(r) for r in predicted.to_dict("records")],
+        "there / here [90%]": [fmt.ratio_text(r["predicted"] / r["measured"], r["low"] / r["measured"],
+                                              r["high"] / r["measured"]) if r["measured"] else fmt.MISSING
+                               for r in predicted.to_dict("records")]})
+    display(show.table(cells, text=True))
+    weakest = predicted.drop_duplicates(["target", "model", "hardware", "batch_size", "variant"])
+    show.collapsed_table("Where each prediction rests most on assumption", weakest[
+        ["target", "model", "hardware", "batch_size", "variant", "weakest"]], text=True)
+    notes = [n for n in dict.fromkeys(predicted["notes"].dropna().astype(str)) if n]
+    if notes:
+        display(Markdown("\n".join(f"- {n}" for n in notes)))
+    checked = layer_tables.against_measured(predicted, df)
+    if checked.empty:
+        return
+    show.heading("Predicted against measured", level=3)
+    inside = int(checked["inside"].sum())
+    error = (checked["predicted_over_measured"] - 1).abs().mean()
+    display(Markdown(f"Where a target was measured too (its rows in these results folders): {inside} of "
+                     f"{len(checked)} measurements inside their predicted 90% interval; mean absolute error "
+                     f"{fmt.percent_text(error)}. The measurement is the median of the target's runs."))
+    display(show.table(pd.DataFrame({
+        "target": checked["target"], "model": checked["model"], "batch": checked["batch_size"],
+        "variant": checked["variant"], "figure": checked["figure"], "unit": checked["unit"],
+        "predicted [90%]": [_interval(r) for r in checked.to_dict("records")],
+        "measured there": [f"{fmt.significant(v)} (median of {int(n)} run(s))"
+                           for v, n in zip(checked["measured_there"], checked["runs_there"])],
+        "predicted / measured": [fmt.ratio_text(v) for v in checked["predicted_over_measured"]],
+        "inside": ["yes" if v else "no" for v in checked["inside"]]}), text=True))

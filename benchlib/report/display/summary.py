@@ -34,6 +34,7 @@ from ..words import fmt
 from . import show
 from .explain import variant_explanations
 from .layers import layers as layers  # the notebook's "Layer by layer" section, beside the others
+from .layers import predictions as predictions  # and its "Predicted on other machines"
 
 IDENTITY = ("machine", "hardware", "model", "batch_size", "variant")
 UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",

@@ -143,6 +143,32 @@ def paired(a: Path, b: Path, ignore: Sequence[str] = ()) -> list[tuple[str, pd.D
              rows_a[rows_a["_key"] == key], rows_b[rows_b["_key"] == key]) for key in keys]
 
 
+def settings_apart(a: Path, b: Path, ignore: Sequence[str] = ()) -> str | None:
+    """Where A and B share no configuration, the settings that keep them apart and the ``--ignore`` that pairs
+    them: "threads differ (1 against 2): --ignore threads pairs them"; None where some pair, or nothing tells
+    them apart (other models, other batch sizes: nothing to ignore)."""
+    pairs = paired(a, b, ignore)
+    if not pairs or any(not side_a.empty and not side_b.empty for _, side_a, side_b in pairs):
+        return None
+    rows_a, rows_b = _ok(a), _ok(b)
+
+    def values(rows: pd.DataFrame, name: str) -> set[str]:
+        found = rows[name] if name in ("hardware", "world_size") else rows.apply(lambda r: _settings(r).get(name),
+                                                                                  axis=1)
+        return {json.dumps(v, default=str) for v in found}
+
+    names = sorted(({k for _, r in rows_a.iterrows() for k in _settings(r)}
+                    & {k for _, r in rows_b.iterrows() for k in _settings(r)}) - {"seed"} - set(ignore))
+    apart = [(n, values(rows_a, n), values(rows_b, n)) for n in ("hardware", "world_size", *names)
+             if n not in ignore]
+    apart = [(n, va, vb) for n, va, vb in apart if va and vb and not va & vb]
+    if not apart:
+        return None
+    said = ", ".join(f"{n} {'differ' if n.endswith('s') else 'differs'} ({'/'.join(sorted(va))} against "
+                     f"{'/'.join(sorted(vb))})" for n, va, vb in apart)
+    return f"{said.replace(chr(34), '')}: {' '.join(f'--ignore {n}' for n, _, _ in apart)} pairs them"
+
+
 def regressions(table: pd.DataFrame, percent: float) -> pd.DataFrame:
     """B worse than A by more than ``percent`` with an interval that excludes 1, at a level that covers the
     machine's run-to-run noise (runs or floor): what CI gates on."""

@@ -257,6 +257,23 @@ def proportion_ratio(acc_a: float, n_a: int, acc_b: float, n_b: int, *, confiden
                       note=note)
 
 
+def geometric_mean(ratios: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,
+                   seed: int = SEED) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of ratios with the bootstrap interval of their logs' mean (NaN bounds under
+    2 values): paired rounds vary by process, symmetrically in the log, so their mean is the efficient figure
+    where a median of a few dozen wastes a third of them."""
+    x = clean(ratios)
+    x = np.log(x[x > 0])
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    point = float(np.exp(x.mean()))
+    if x.size < 2 or np.ptp(x) == 0:
+        return (point, point, point) if x.size >= 2 else (point, math.nan, math.nan)
+    boot = stats.bootstrap((x,), np.mean, vectorized=True, n_resamples=RESAMPLES, confidence_level=confidence,
+                           method="percentile", rng=np.random.default_rng(seed))
+    return point, float(np.exp(boot.confidence_interval.low)), float(np.exp(boot.confidence_interval.high))
+
+
 def spread(values: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,
            seed: int = SEED) -> tuple[float, float, float]:
     """(median, low, high): the median of repeats with its bootstrap interval (NaN bounds under 2 values)."""

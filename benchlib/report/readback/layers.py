@@ -87,3 +87,19 @@ def layer_files_of(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[Mappi
             warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)
             missing.append(row)
     return found, missing
+
+
+def load_predictions(results_dirs: Iterable[str | Path]) -> pd.DataFrame:
+    """Every results folder's ``predictions.csv`` (a study's ``predict_on``), stacked; empty where none has one. A
+    file that cannot be read is warned about and skipped, as a per-layer file is."""
+    found = []
+    for d in results_dirs:
+        path = ResultsLayout.of(d).predictions_csv
+        if not path.is_file():
+            continue
+        try:
+            found.append(pd.read_csv(path))
+        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            warnings.warn(f"skipping unreadable predictions {path}: {exc}", stacklevel=2)
+    found = [f for f in found if not f.empty]
+    return pd.concat(found, ignore_index=True) if found else pd.DataFrame()

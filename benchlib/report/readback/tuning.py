@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ...errors import missing, one_line
-from ...log import ProgressFn
+from ...log import ProgressFn, progress_of
 
 try:
     import optuna
@@ -98,7 +98,7 @@ def tuning_figures(results_dir: str | Path, study_name: str, figures_dir: Path,
     """
     from optuna.visualization import matplotlib as ovm
 
-    say = progress or (lambda _msg: None)
+    say = progress_of(progress)
     study = _open_study(results_dir, study_name)
     metrics = _metric_names(study)
     multi = len(metrics) > 1

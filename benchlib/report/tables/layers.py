@@ -1,4 +1,5 @@
-"""Per-layer tables: the layers that lose the most time against their roof, and the same by kind and phase."""
+"""Per-layer tables: the layers that lose the most time against their roof, the same by kind and phase, and
+predictions made from them set against what the target measured."""
 from __future__ import annotations
 
 import pandas as pd
@@ -25,3 +26,36 @@ def by_kind(table: pd.DataFrame) -> pd.DataFrame:
     grouped["roof_fraction"] = grouped["roof_time_s"] / grouped["time_s"]
     grouped["lost_s"] = grouped["time_s"] - grouped["roof_time_s"]
     return grouped.sort_values("lost_s", ascending=False).reset_index(drop=True)
+
+
+# a prediction's figure and the result rows' column it is measured as on the target
+MEASURED_AS = {"train_step_s": "train_step_s", "train_samples_per_s": "train_step_s",
+               "latency_ms_p50": "latency_ms_p50"}
+
+
+def against_measured(predicted: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """Each prediction whose target was also measured (rows of the target's machine and device type, the same
+    model, batch size and variant): the prediction beside the median of those runs, their ratio and whether the
+    measurement fell inside the 90% interval. Throughput is the batch over the median step, as predicted."""
+    if predicted.empty or rows.empty:
+        return pd.DataFrame()
+    ok = rows[rows["status"] == "ok"] if "status" in rows.columns else rows
+    device = ok["hardware"].astype(str).str.split(":").str[0]
+    out = []
+    for p in predicted.to_dict("records"):
+        machine, _, kind = str(p["target"]).rpartition(":")
+        same = ok[(ok["machine"].astype(str) == machine) & (device == kind) & (ok["model"] == p["model"])
+                  & (ok["batch_size"] == p["batch_size"]) & (ok["variant"].astype(str) == str(p["variant"]))]
+        values = pd.to_numeric(same.get(MEASURED_AS.get(str(p["figure"]), ""), pd.Series(dtype=float)),
+                               errors="coerce").dropna()
+        if values.empty:
+            continue
+        there = float(values.median())
+        if p["figure"] == "train_samples_per_s":
+            there = float(p["batch_size"]) / there
+        out.append({"target": p["target"], "model": p["model"], "batch_size": p["batch_size"],
+                    "variant": p["variant"], "figure": p["figure"], "predicted": p["predicted"], "low": p["low"],
+                    "high": p["high"], "measured_there": there, "runs_there": len(values),
+                    "predicted_over_measured": p["predicted"] / there, "inside": p["low"] <= there <= p["high"],
+                    "unit": p["unit"]})
+    return pd.DataFrame(out)

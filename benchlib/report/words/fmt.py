@@ -11,9 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .sentences import MISSING as MISSING  # en dash: no value (the reason, where there is one, is beside it)
 from .sentences import ratio_interval
-
-MISSING = "\u2013"  # en dash: no value (the reason, where there is one, is given beside it)
 
 
 def _number(value: Any) -> float | None:

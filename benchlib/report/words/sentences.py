@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-MISSING = "–"
+MISSING = "\u2013"  # en dash: no value (the reason, where there is one, is given beside it)
 
 
 def _finite(*values: Any) -> bool:

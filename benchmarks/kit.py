@@ -1,22 +1,27 @@
-"""Run several processes in lockstep: one training step each, in turn, the others stopped while it runs.
+"""What the benchmark scripts share, once: lockstep, the bare step, the interval of paired rounds.
 
-Processes run one after another see the machine at different moments, and on a shared host its speed moves
-by a quarter within seconds (machine_speed.py). Running them at the same time makes them share the cores.
+Scripts import it as ``import kit`` (they run from ``benchmarks/``) and use benchlib's public names only
+(tests/test_architecture.py holds them to it).
+
+**Lockstep.** Run several processes in lockstep: one training step each, in turn, the others stopped while it
+runs. Processes run one after another see the machine at different moments, and on a shared host its speed
+moves by a quarter within seconds (machine_speed.py). Running them at the same time makes them share the cores.
 Lockstep does neither: every process starts fresh and sets itself up, then each timed step runs alone,
 between a step of each of the others, so a slow stretch of the host lands on every side alike, and the
 comparison's unit stays the process.
 
-A child takes part through a gate it calls before each step, outside its timer (:data:`GATE_CODE`): it
-writes one byte to say it is at the gate, then waits for one byte back. The parent stops every child at its
-gate with SIGSTOP (its OpenMP threads, which spin for a while after a parallel region, and its sampler
-threads with it, so nothing of a waiting process runs beside another's step) and continues the next in
-turn. A child that exits leaves the rotation; the others go on.
+A child takes part through a gate it calls before each step, outside its timer (:data:`GATE_CODE`; benchlib's
+own runs call it from ``benchlib.before_step``): it writes one byte to say it is at the gate, then waits for
+one byte back. The parent stops every child at its gate with SIGSTOP (its OpenMP threads, which spin for a
+while after a parallel region, and its sampler threads with it, so nothing of a waiting process runs beside
+another's step) and continues the next in turn. A child that exits leaves the rotation; the others go on.
 
 Only the child process itself is stopped: processes it starts (DataLoader workers) run on, and a forked one
 holds the gate's pipe open after the child exits. Lockstep is for synthetic data, as overhead.py uses.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import select
 import signal
@@ -24,7 +29,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 GATE_ENV = "LOCKSTEP_GATE_FDS"
 
@@ -43,34 +48,42 @@ def lockstep_turn():
         raise SystemExit("lockstep: the parent went away")
 """
 
-# `benchlib ...` with the gate before each training batch: benchlib's own loop, its loader wrapped where
-# run.measure hands it to the training loop. The batch is fetched outside the step's timer, so is the wait.
+# `benchlib ...` with the gate before each training step, outside its data wait and timer: benchlib's public
+# per-step hook (`benchlib.before_step`), nothing of its private parts.
 BENCHLIB_CODE = GATE_CODE + r"""
 import sys
-import benchlib.run.measure as _measure
-
-
-class _Gated:
-    def __init__(self, loader):
-        self._loader = loader
-
-    def __len__(self):
-        return len(self._loader)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-    def __iter__(self):
-        for batch in self._loader:
-            lockstep_turn()
-            yield batch
-
-
-_unwrapped = _measure.maybe_failing_loader
-_measure.maybe_failing_loader = lambda loader, *args: _Gated(_unwrapped(loader, *args))
+import benchlib
+benchlib.before_step(lambda kind: lockstep_turn() if kind == "train" else None)
 from benchlib.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+# `benchlib layers` with the gate before each timed step and each batch-1 forward, outside their timers (a
+# step's data wait is a part of its own there, so the gate comes before the wait starts).
+LAYERS_CODE = GATE_CODE + r"""
+import sys
+import benchlib
+benchlib.before_step(lambda kind: lockstep_turn())
+from benchlib.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+def bare_step(model: Any, opt: Any, loss_fn: Any, x: Any, y: Any) -> None:
+    """The bare training step every harness-cost script sets benchlib's against: nothing of benchlib, the
+    same work (zero_grad, forward, loss, backward, step), timed by its caller as benchlib times a CPU step."""
+    opt.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    opt.step()
+
+
+BARE_STEP_CODE = inspect.getsource(bare_step)  # the same function for a child process's code
+
+
+def interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Per-round ratios' geometric mean with its 95% interval, through the report's own statistics."""
+    from benchlib.report.evidence.stats import geometric_mean
+
+    return geometric_mean(ratios)
 
 
 @dataclass
