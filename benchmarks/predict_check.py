@@ -1,6 +1,7 @@
 """Does `benchlib predict` hold? Predict, then measure, on targets this machine can become.
 
-    .venv/bin/python benchmarks/predict_check.py [--models resnet18 ...] [--runs 2] [--work DIR] [--json F]
+    .venv/bin/python benchmarks/predict_check.py [--models resnet18 ...] [--runs 3] [--work DIR] [--json F]
+    .venv/bin/python benchmarks/predict_check.py --work DIR --repredict     # the same truth, predicted again
 
 The source is each model measured layer by layer (`benchlib layers`, synthetic data, 32 px, batch 32) as this
 machine runs it: every CPU it may use, every instruction set, its roofs measured fresh as the targets' are. Each
@@ -73,12 +74,15 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--reuse-source", action="store_true",
                    help="keep the source already measured under --work (its roofs and per-layer files)")
+    p.add_argument("--repredict", action="store_true",
+                   help="measure nothing: predict again from --work's source and targets, against the measurements "
+                        "kept in its measured.json (a new method checked on the same truth)")
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="benchlib-predict-check-"))
     cpus = len(os.sched_getaffinity(0))
     t0 = time.perf_counter()
     source = work / "source"
-    if not (args.reuse_source and any(source.glob("layers/*.json"))):
+    if not ((args.reuse_source or args.repredict) and any(source.glob("layers/*.json"))):
         # each side's roofs measured the same way, once, fresh (the machine cache keeps the highest figures seen)
         benchlib("roofline", "-q", "--threads", str(cpus), "--results-dir", str(source))
         for model in args.models:
@@ -87,24 +91,32 @@ def main() -> int:
             print(f"source {model}: {args.runs} run(s) ({time.perf_counter() - t0:.0f} s)", flush=True)
     if not any(source.glob("shapes/*.json")):  # the source's own shapes: a layer moves by its shape's ratio
         benchlib("roofline", "-q", "--threads", str(cpus), "--results-dir", str(source), "--shapes-of", str(source))
-    found: list[dict[str, Any]] = []
+    kept = work / "measured.json"  # each target's measurements, kept as they come: --repredict reuses them
+    measured: dict[str, dict[str, list[dict[str, float]]]] = json.loads(kept.read_text()) if kept.is_file() else {}
     for name in args.targets:
         env, threads = targets(cpus)[name]
         folder = work / name
-        t_target = time.perf_counter()
-        benchlib("roofline", "-q", "--threads", str(threads), "--results-dir", str(folder), "--shapes-of",
-                 str(source), env=env)
-        print(f"{name}: ceilings and shapes measured in {time.perf_counter() - t_target:.0f} s", flush=True)
-        (ceilings,) = sorted((folder / "ceilings").glob("*.json"))
+        if not args.repredict:
+            t_target = time.perf_counter()
+            benchlib("roofline", "-q", "--threads", str(threads), "--results-dir", str(folder), "--shapes-of",
+                     str(source), env=env)
+            print(f"{name}: ceilings and shapes measured in {time.perf_counter() - t_target:.0f} s", flush=True)
+            for model in args.models:
+                measured.setdefault(name, {})[model] = [layers(folder, model, threads, 100 + r, args, env)
+                                                        for r in range(args.runs)]
+                kept.write_text(json.dumps(measured, indent=1))
+                print(f"{name} {model}: {args.runs} run(s) measured", flush=True)
+    found: list[dict[str, Any]] = []
+    for name in args.targets:
+        (ceilings,) = sorted((work / name / "ceilings").glob("*.json"))
         by = {"shapes": json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json"))["rows"],
               "roofs": json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json",
                                            "--no-shapes"))["rows"]}
         for model in args.models:
-            measured = [layers(folder, model, threads, 100 + r, args, env) for r in range(args.runs)]
             for method, predicted in by.items():
                 for figure, key, scale in (("train_step_s", "step_s", 1.0), ("latency_ms_p50", "forward_s", 1e3)):
                     (pred,) = [x for x in predicted if x["model"] == model and x["figure"] == figure]
-                    truth = statistics.median(m[key] for m in measured) * scale
+                    truth = statistics.median(m[key] for m in measured[name][model]) * scale
                     found.append({"model": model, "target": name, "method": method, "figure": figure,
                                   "predicted": pred["predicted"], "low": pred["low"], "high": pred["high"],
                                   "measured_source": pred["measured"], "measured": truth,
@@ -114,8 +126,8 @@ def main() -> int:
                     print(f"{name:8s} {model:14s} {method:6s} {figure:15s} source {f['measured_source']:.4g}, "
                           f"predicted {f['predicted']:.4g} [{f['low']:.4g}, {f['high']:.4g}], measured {truth:.4g}: "
                           f"{f['error']:+.1%}{'' if f['inside'] else '  (outside)'}", flush=True)
-    print(f"\n{'target':8s} {'method':6s} {'figure':15s} MAPE   inside  log SD  ({(time.perf_counter() - t0) / 60:.0f} "
-          "min in all)")
+    took_min = (time.perf_counter() - t0) / 60
+    print(f"\n{'target':8s} {'method':6s} {'figure':15s} MAPE   inside  log SD  interval  ({took_min:.0f} min in all)")
     for method in ("shapes", "roofs"):
         for figure in ("train_step_s", "latency_ms_p50"):
             for name in [*args.targets, "all"]:
@@ -126,7 +138,9 @@ def main() -> int:
                     inside = sum(f["inside"] for f in rows)
                     logs = [math.log(f["predicted"] / f["measured"]) for f in rows]
                     sd = statistics.stdev(logs) if len(logs) > 1 else math.nan
-                    print(f"{name:8s} {method:6s} {figure:15s} {mape:5.1%}  {inside}/{len(rows)}  {sd:.3f}")
+                    half = statistics.mean(math.log(f["high"] / f["low"]) / 2 for f in rows)  # the interval's
+                    print(f"{name:8s} {method:6s} {figure:15s} {mape:5.1%}  {inside}/{len(rows)}  {sd:.3f}   "
+                          f"x/÷{math.exp(half):.2f}")
     if args.json:
         args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "found": found},
                                         indent=1))

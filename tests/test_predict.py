@@ -64,11 +64,11 @@ def test_the_interval_adds_the_runs_the_roofs_and_the_method_and_says_what_it_la
     here = _ceilings()
     known = predict(ROWS, 0.05, dtype="fp32", source=here, target=here, run_log_sd=0.05)
     unknown = predict(ROWS, 0.05, dtype="fp32", source=here, target=here)
-    assert known.log_sd["method"] == METHOD_LOG_SD and 0 < known.log_sd["roofs"] < 0.05
+    assert known.log_sd["method"] == METHOD_LOG_SD["training step"] and 0 < known.log_sd["roofs"] < 0.05
     assert known.whole.high - known.whole.low > unknown.whole.high - unknown.whole.low
     assert not any("left out" in n for n in known.notes) and "left out of the interval" in unknown.notes[0]
     half = math.log(known.whole.high / known.whole.value)
-    total = math.sqrt(0.05 ** 2 + known.log_sd["roofs"] ** 2 + METHOD_LOG_SD ** 2)
+    total = math.sqrt(0.05 ** 2 + known.log_sd["roofs"] ** 2 + METHOD_LOG_SD["training step"] ** 2)
     assert half == pytest.approx(1.6448536 * total)
     assert "carried over unchanged" in known.weakest
 

@@ -140,6 +140,10 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
         batch = int(report.get("batch_size") or 1)
         label = f"{report.get('model')} {report.get('hardware')} bs{batch} {report.get('variant')}"
         for key, what in (("training", "training step"), ("inference", "batch-1 forward")):
+            # each figure from the run whose own figure is the median: a run's forwards can be disturbed
+            # while its steps were not, and the other way round
+            timed_runs = sorted((r for r in runs if _whole_s(r, key) > 0), key=lambda r: _whole_s(r, key))
+            report = dict(median_run(timed_runs)) if timed_runs else report
             table, whole = _rows(report, key), _whole_s(report, key)
             if not table or not whole > 0:
                 continue
