@@ -48,6 +48,7 @@ _API: dict[str, str] = {
     "measure_ceilings": "benchlib.roofline.ceilings", "Ceilings": "benchlib.roofline.ceilings",
     # read results back
     "read_results": "benchlib.store.rows", "ResultsLayout": "benchlib.store.layout",
+    "Results": "benchlib.report.display.results",
 }
 __all__ = [
     "PRESETS",
@@ -55,6 +56,7 @@ __all__ = [
     "Knobs",
     "LayerReport",
     "Measurement",
+    "Results",
     "ResultsLayout",
     "RunConfig",
     "RunSettings",
@@ -98,6 +100,7 @@ if TYPE_CHECKING:
     from .pipeline.own_model import benchmark
     from .pipeline.predict import predict
     from .pipeline.study import run_study
+    from .report.display.results import Results
     from .roofline.ceilings import measure_ceilings
     from .roofline.measured import Ceilings
     from .run.admission import load_study

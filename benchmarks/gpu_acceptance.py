@@ -45,6 +45,7 @@ from gpu_judges import (
     judge_amp,
     judge_compile_fell_back,
     judge_compile_speed,
+    judge_device_feed,
     judge_energy,
     judge_fallbacks,
     judge_latency,
@@ -471,27 +472,38 @@ TIMM_PRECISIONS = {"amp_bf16": "bfloat16", "amp_fp16": "float16"}
 TIMM_ROUNDS = 2  # fresh processes a side, interleaved timm, benchlib, timm, benchlib
 
 
+# What timm's benchmark.py trains with, read from its code: ``create_optimizer_v2(model, opt=args.opt,
+# lr=args.lr)`` and nothing else (its --momentum and --weight-decay are parsed, never passed), so timm's
+# defaults hold: SGD with Nesterov momentum 0.9 and no weight decay, torch's own kernels (foreach=None, which
+# torch runs as foreach on CUDA tensors); AMP without a loss
+# scaler; the model from timm's create_model (its last batch norms zero-initialised); 10 warm-up and 40 timed
+# steps. benchlib's side is set to the same (tests/test_gpu_acceptance.py reads both sides' effective settings).
+TIMM_TRAINS = {"optimizer": "sgd", "momentum": 0.9, "nesterov": True, "weight_decay": 0.0, "lr": 1e-4,
+               "optimizer_impl": "foreach", "grad_scaler": False, "warmup_steps": 10}
+TIMM_TIMED_STEPS = 40
+
+
 def timm_command(benchmark_py: Path, model: str, batch: int, image_px: int, precision: str,
                  out: Path) -> list[str]:
-    """timm's ``benchmark.py`` on ``model`` at benchlib's settings: AMP in ``precision``'s dtype,
-    channels_last, SGD with benchlib's momentum and weight decay (its learning rate has no CLI option and
-    changes no kernel), training and inference. timm trains fp16 without a loss scaler; benchlib's fused
-    optimizer takes the scaler's check on the device, so the difference is a few small kernels."""
-    s = RunSettings.of()
+    """timm's ``benchmark.py`` on ``model``: AMP in ``precision``'s dtype, channels_last, its own optimizer
+    (``TIMM_TRAINS``: what it trains with whatever flags it is given), training and inference."""
     return [sys.executable, str(benchmark_py), "--model", model, "--bench", "both", "--amp", "--amp-dtype",
             TIMM_PRECISIONS[precision], "--channels-last", "-b", str(batch), "--img-size", str(image_px),
-            "--num-classes", "1000", "--opt", "sgd", "--momentum", str(s.momentum),
-            "--weight-decay", str(s.weight_decay), "--results-file", str(out)]
+            "--num-classes", "1000", "--opt", "sgd", "--num-warm-iter", str(TIMM_TRAINS["warmup_steps"]),
+            "--num-bench-iter", str(TIMM_TIMED_STEPS), "--results-file", str(out)]
 
 
 def benchlib_command(model: str, device: torch.device, batch: int, image_px: int, precision: str,
-                     steps: int) -> list[str]:
-    """benchlib's own CLI on timm's very model (``timm:NAME``, built by timm as benchmark.py builds it, its
-    zero-initialised last batch norms included) at the same settings, in a fresh process as timm's runs."""
+                     steps: int = TIMM_TIMED_STEPS) -> list[str]:
+    """benchlib's own CLI on timm's very model (``timm:NAME``, built by timm's create_model as benchmark.py builds
+    it, its zero-initialised last batch norms included) trained as timm trains it (``TIMM_TRAINS``), in a fresh
+    process as timm's runs."""
+    trains = [arg for k, v in TIMM_TRAINS.items() for arg in ("--set", f"{k}={str(v).lower()}")]
     return [sys.executable, "-m", "benchlib", "run", "--model", f"timm:{model}", "--data", "synthetic",
             "--device", str(device), "--batch-size", str(batch), "--image-size", str(image_px), "--steps",
             str(steps), "--no-save", "--json", "--set", f"precision={precision}", "--set",
-            "memory_format=channels_last", "--set", "cudnn_benchmark=true", "--set", "synthetic_classes=1000"]
+            "memory_format=channels_last", "--set", "cudnn_benchmark=true", "--set", "synthetic_classes=1000",
+            *trains]
 
 
 def interleaved(rounds: int) -> list[str]:
@@ -534,7 +546,7 @@ def check_timm(ctx: Context) -> list[Check]:
                     _timm_side(timm_command(ctx.timm_benchmark, ctx.sizes.model, ctx.sizes.batch, ctx.sizes.image_px,
                                             precision, csv_out), csv_out) if side == "timm" else
                     _benchlib_side(benchlib_command(ctx.sizes.model, ctx.device, ctx.sizes.batch, ctx.sizes.image_px,
-                                                    precision, ctx.sizes.steps)))
+                                                    precision)))
         for what in ("train", "infer"):
             ours = statistics.median(r[what] for r in sides["benchlib"])
             theirs = statistics.median(r[what] for r in sides["timm"])
@@ -559,10 +571,39 @@ def check_layers(ctx: Context) -> list[Check]:
                          tf32_kernels(report.kernels) if strict else ())]
 
 
+FEED_BATCHES = 6  # uint8 batches through the side stream, each checked against the CPU's arithmetic
+
+
+def check_device_feed(ctx: Context) -> list[Check]:
+    """uint8 batches copied on benchlib's side stream and normalised on the GPU (``data.device_feed``) against
+    the same batches normalised on the CPU, each read on the compute stream while the next one is copied and
+    after a kernel on the compute stream has scribbled on fresh memory: a stream ordering that let the compute
+    stream read a batch before its copy ended, or reuse its memory early, shows as a difference."""
+    if not ctx.cuda:
+        return [not_run("side-stream feed against CPU normalisation")]
+    from benchlib.data.device_feed import DeviceFeed
+
+    stats = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, 256, (16, 3, 64, 64), dtype=torch.uint8, generator=gen).pin_memory(),
+                torch.arange(16)) for _ in range(FEED_BATCHES)]
+    mean = torch.tensor([255.0 * m for m in stats[0]]).view(1, 3, 1, 1)
+    std = torch.tensor([255.0 * v for v in stats[1]]).view(1, 3, 1, 1)
+    worst, seen = 0.0, 0
+    for (x, y), (expected_x, expected_y) in zip(DeviceFeed(batches, ctx.device, stats,
+                                                           torch.channels_last), batches):
+        torch.empty(64 << 20, dtype=torch.uint8, device=ctx.device).fill_(255)  # fresh memory, scribbled on
+        cpu = (expected_x.float() - mean) / std
+        worst = max(worst, float((x.cpu() - cpu).abs().max()))
+        worst = max(worst, float((y.cpu() != expected_y).sum()))
+        seen += 1
+    return [judge_device_feed(worst, seen, FEED_BATCHES)]
+
+
 CHECKS: list[Callable[[Context], list[Check]]] = [
     check_step_timer, check_ceilings, check_memory_isolation, check_memory_floor, check_no_sync_in_steps, check_amp,
     check_channels_last,
-    check_compile, check_telemetry, check_latency, check_layers, check_timm,
+    check_compile, check_telemetry, check_latency, check_layers, check_timm, check_device_feed,
 ]
 
 

@@ -225,10 +225,27 @@ NHWC = re.compile(r"nhwc|channels_?last", re.IGNORECASE)
 CONVERSION = re.compile(r"nchw_?to_?nhwc|nhwc_?to_?nchw|transpose|convert|copy|permute", re.IGNORECASE)
 
 
+# what cuDNN runs to feed an NCHW tensor to its NHWC kernels and back: a channels_last model needs none
+LAYOUT_SWAP = re.compile(r"nchw_?to_?nhwc|nhwc_?to_?nchw", re.IGNORECASE)
+
+
 def judge_nhwc(kernels: list[str]) -> Check:
+    """A channels_last model's convolutions run NHWC kernels, and no kernel swaps the layout between NCHW and NHWC:
+    an NCHW model whose convolutions cuDNN runs as NHWC behind a transpose on each side shows NHWC compute kernels
+    too, and its swaps give it away."""
     compute = [k for k in kernels if NHWC.search(k) and not CONVERSION.search(k)]
-    return Check("NHWC compute kernels in the profile", float(len(compute)), "kernels", ">= 1", bool(compute),
-                 compute[0][:100] if compute else f"{len(kernels)} kernels, none an NHWC convolution")
+    swaps = [k for k in kernels if LAYOUT_SWAP.search(k)]
+    said = (f"{len(swaps)} layout swap kernel(s), e.g. {swaps[0][:80]}: the tensors are NCHW" if swaps else
+            compute[0][:100] if compute else f"{len(kernels)} kernels, none an NHWC convolution")
+    return Check("NHWC compute kernels and no layout swap in the profile", float(len(compute)), "kernels",
+                 ">= 1, no swap", bool(compute) and not swaps, said)
+
+
+def judge_device_feed(worst_abs_diff: float, seen: int, sent: int) -> Check:
+    """Every batch the side stream fed the step equals the CPU's normalisation of it (float32 rounding only)."""
+    passed = seen == sent and worst_abs_diff <= 1e-5
+    return Check("side-stream feed against CPU normalisation", worst_abs_diff, "max |GPU - CPU|",
+                 "<= 1e-5, every batch", passed, f"{seen} of {sent} batches")
 
 
 def judge_weights_channels_last(channels_last: bool) -> Check:
@@ -390,7 +407,8 @@ WINOGRAD_MAX_ROOF_FRACTION = 36 / 16
 WINOGRAD_KERNEL = re.compile(r"winograd", re.IGNORECASE)
 # cuDNN's and cuBLAS's TF32 kernels name it (sm80_xmma_..._tf32f32_..., cutlass_..._tf32_...): under strict
 # fp32 any of them is TF32 leaking in
-TF32_KERNEL = re.compile(r"tf32", re.IGNORECASE)
+# (and Ampere's cuBLAS ones only by their tile, ampere_s1688gemm_...: TF32 tensor cores on single-precision data)
+TF32_KERNEL = re.compile(r"tf32|s1688", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

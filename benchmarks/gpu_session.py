@@ -24,8 +24,19 @@ Sections (``--only`` takes their names):
 - ``small_memory``: a ballast process holding all but 15 GiB of the GPU, then the preflight's refusal of a
   batch that does not fit, a run at the batch it names, and ``gpu_acceptance.py`` sizing itself down; the
   ballast is killed whatever happens (its process group, and it exits when this process's pipe closes).
+- ``predict`` (first): the CPU study carried in ``results/predict-source`` predicted on this GPU from its
+  ceilings and shapes (``benchlib predict``, written to ``predicted.json`` before anything is measured), then
+  each model measured here the same way (``benchlib layers``), each against its 90% interval.
+- ``bf16_profile`` (last): one resnet50 step under fp16 and under bf16, profiled, kernel by kernel: the kernels
+  that make bf16 slower, with their share of the difference.
 
-    PYTHONPATH=. python benchmarks/gpu_session.py [--out DIR] [--quick] [--only SECTION,...] [--budget-s 420]
+Every finding with a rule (``RULES``, written before the run) carries it and its verdict; the session ends
+with one line per verdict (PASS, FAIL, NOT JUDGED). The one command on a lent GPU, after
+``bash benchmarks/gpu_wheels.sh`` here (carry ``.whl`` and ``results/predict-source``):
+
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/gpu_session.py --out $OUT
+
+    PYTHONPATH=. python benchmarks/gpu_session.py [--out DIR] [--quick] [--only SECTION,...] [--budget-s 520]
 
 from the repository root (``PYTHONPATH=.`` where benchlib is not installed); ``--out`` defaults to ``$OUT``.
 ``--allow-cpu`` runs every section on the CPU at tiny sizes (what the tests do): what needs CUDA is a finding
@@ -142,8 +153,13 @@ class FindingsFile:
         self.path, self.t0 = path, t0
         self._fh: IO[str] = path.open("a")
         self._lock = threading.Lock()
+        self.judged: list[tuple[str, bool | None]] = []  # (a finding with its rule, its verdict)
 
     def write(self, record: dict[str, Any]) -> None:
+        if "rule" in record:  # a judged finding: kept for the verdicts the session ends with
+            label = ", ".join(f"{k} {record[k]}" for k in ("optimizer", "batch") if k in record)
+            self.judged.append((f"{record['finding']}{f' ({label})' if label else ''}: {record['rule']}",
+                                record.get("passed")))
         line = json.dumps(plain({**record, "t_s": round(time.monotonic() - self.t0, 2)}), allow_nan=False)
         with self._lock:
             self._fh.write(line + "\n")
@@ -443,11 +459,19 @@ def _overflow_first(kind: str, net0: nn.Module, x: torch.Tensor, y: torch.Tensor
     return after_skip, [p.detach().clone() for p in net.parameters()]
 
 
+WEIGHT_RTOL = 1e-5  # of each tensor's largest weight: a few float32 ulps over 3 steps
+
+
 def compare_weights(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> dict[str, Any]:
-    """Bit-identical or not, the largest difference, and whether ``a`` is finite."""
+    """Whether ``a`` is finite, its largest difference from ``b`` against the tolerance, and (said, not judged)
+    whether they are bit-identical: CUDA's fused SGD updates in double and rounds once, the for-loop kernels
+    round at each operation, so on a GPU the two agree to a few ulps, not bit for bit."""
     diffs = [float((x.double() - y.double()).abs().max()) for x, y in zip(a, b)]
+    within = all(d <= WEIGHT_RTOL * float(y.double().abs().max()) + 1e-12 for d, y in zip(diffs, b))
+    finite = all(bool(torch.isfinite(x).all()) for x in a)
     return {"bit_identical": all(torch.equal(x, y) for x, y in zip(a, b)),
-            "max_abs_diff": max(diffs) if diffs else 0.0, "finite": all(bool(torch.isfinite(x).all()) for x in a)}
+            "max_abs_diff": max(diffs) if diffs else 0.0, "finite": finite, "within_tolerance": finite and within,
+            "tolerance": f"|a - b| <= {WEIGHT_RTOL:g} x max|b| per tensor"}
 
 
 def _sync_warnings(s: Session, impl: str, steps: int = 3) -> list[str]:
@@ -705,6 +729,18 @@ def _profile_gaps(s: Session, step: Callable[[], torch.Tensor]) -> dict[str, Any
             "largest": [{"us": round(g.us, 1), "before": g.before[:120], "after": g.after[:120]} for g in largest]}
 
 
+def warm_block_s(blocks: list[tuple[bool, float]]) -> float:
+    """The seconds a block takes once warm: the median of the blocks that were not their cell's first (a cell's
+    first block autotunes cuDNN and can take ten times as long), the slowest block where none is warm yet."""
+    warm = [t for first, t in blocks if not first]
+    return statistics.median(warm) if warm else max((t for _, t in blocks), default=0.0)
+
+
+def round_order(cells: list[Any], r: int) -> list[Any]:
+    """The cells in round ``r``'s order: as listed, then reversed, so no cell (the bf16 ones) always runs last."""
+    return list(cells) if r % 2 == 0 else list(cells)[::-1]
+
+
 def timm_gap(s: Session) -> None:
     """Section 2: benchlib's step against a bare timm-style loop, same model and process, interleaved blocks."""
     z = s.sizes
@@ -725,19 +761,21 @@ def timm_gap(s: Session) -> None:
     start = {init: copy.deepcopy(net.state_dict()) for init, net in models.items()}  # each block starts here
     samples: dict[tuple[str, Cell], list[float]] = {}
     reserve_s = 25.0 if s.cuda else 0.0  # the profiles at the end
-    block_s = 0.0  # the longest block so far
+    blocks: list[tuple[bool, float]] = []  # (a cell's first block, its seconds): the round estimate's
     with backend_flags(Knobs(cudnn_benchmark=True)):
         for r in range(z.gap_rounds):
+            block_s = warm_block_s(blocks)
             if r and s.left() < reserve_s + block_s * 2 * len(cells):
-                s.log(finding="rounds cut", rounds=r, left_s=round(s.left(), 1), block_s=round(block_s, 2))
+                s.log(finding="rounds cut", rounds=r, left_s=round(s.left(), 1), warm_block_s=round(block_s, 2))
                 break
-            for i, cell in enumerate(cells):
+            for i, cell in enumerate(round_order(cells, r)):
                 for side in SIDES if (r + i) % 2 == 0 else SIDES[::-1]:  # A B, then B A: drift reaches both
                     t0 = time.monotonic()
                     net = models[cell.zero_init_last]
                     net.load_state_dict(start[cell.zero_init_last])
                     times, state = _block(s, _stepper(s, side, cell, net, inputs, y))
-                    block_s = max(block_s, time.monotonic() - t0)
+                    blocks.append((not any(key[1] == cell for key in samples), time.monotonic() - t0))
+                    block_s = warm_block_s(blocks)
                     samples.setdefault((side, cell), []).extend(times)
                     s.log(finding="block", round=r, side=side, cell=cell.label(), **asdict(cell),
                           median_ms=round(Samples.of(times).median * 1e3, 4), steps=len(times), **state)
@@ -1059,6 +1097,108 @@ def _pid_alive(pid: int) -> bool:
 
 # ---------------------------------------------------------------- the runner
 
+# ---------------------------------------------------------------- 6. predict, then measure
+
+PREDICT_FROM = ROOT / "results" / "predict-source"  # a CPU study's per-layer files, carried to the GPU
+PREDICT_LAYERS = ("--data", "synthetic", "--batch-size", "32", "--image-size", "32", "--steps", "12", "--block", "4")
+
+
+def predict_then_measure(s: Session) -> None:
+    """Section 6: the CPU study's models predicted on this GPU from its ceilings (and shapes) alone, written before
+    any of them runs here, then each measured the way the CPU study measured it (``benchlib layers``)."""
+    source = PREDICT_FROM
+    if not any(source.glob("layers/*.json")):
+        _skip(s, "predicted step", f"no CPU study carried in {source.relative_to(ROOT)}: make it here with "
+                                   "`benchmarks/predict_check.py` or `benchlib layers --results-dir "
+                                   f"{source.relative_to(ROOT)} ...` and carry that folder")
+        return
+    if not s.cuda:
+        _skip(s, "predicted step", f"{NEEDS_CUDA}: the target's ceilings are this GPU's")
+        return
+    target = s.out / "predict_target"
+    done = run_command([sys.executable, "-m", "benchlib", "roofline", "-q", "--device", str(s.device),
+                        "--results-dir", str(target), "--shapes-of", str(source)], min(s.left(), 90))
+    ceilings = sorted((target / "ceilings").glob("*.json"))
+    if done.rc != 0 or not ceilings:
+        s.log(finding="target ceilings", rc=done.rc, seconds=round(done.seconds, 1), stderr_tail=_tail(done.stderr))
+        return
+    said = run_command([sys.executable, "-m", "benchlib", "predict", str(source), "--on", str(ceilings[0]),
+                        "--json"], min(s.left(), 60))
+    if said.rc != 0:
+        s.log(finding="predicted step", rc=said.rc, stderr_tail=_tail(said.stderr))
+        return
+    rows = json.loads(said.stdout)["rows"]
+    (s.out / "predicted.json").write_text(said.stdout)  # on disk before anything is measured here
+    for r in rows:
+        s.log(finding="predicted step", model=r["model"], figure=r["figure"], predicted=r["predicted"],
+              low=r["low"], high=r["high"], unit=r["unit"], measured_on_cpu=r["measured"], weakest=r["weakest"])
+    for model in dict.fromkeys(r["model"] for r in rows):
+        if s.left() < 20:
+            s.log(finding="measured against predicted", model=model, skipped="the section's budget is spent")
+            continue
+        ran = run_command([sys.executable, "-m", "benchlib", "layers", "-q", "--model", model, "--device",
+                           str(s.device), *PREDICT_LAYERS, "--results-dir", str(target), "--json"], s.left() - 5)
+        if ran.rc != 0:
+            s.log(finding="measured against predicted", model=model, rc=ran.rc, stderr_tail=_tail(ran.stderr))
+            continue
+        got = json.loads(ran.stdout)
+        measured = {"train_step_s": float(got["step_s"]),
+                    "latency_ms_p50": float((got.get("inference") or {}).get("step_s") or math.nan) * 1e3}
+        for r in (r for r in rows if r["model"] == model and r["figure"] in measured):
+            truth = measured[r["figure"]]
+            s.log(finding="measured against predicted", model=model, figure=r["figure"], predicted=r["predicted"],
+                  low=r["low"], high=r["high"], measured=truth, error=r["predicted"] / truth - 1 if truth else None,
+                  inside=bool(r["low"] <= truth <= r["high"]))
+
+
+# ---------------------------------------------------------------- 7. bf16 against fp16, kernel by kernel
+
+def bf16_profile(s: Session) -> None:
+    """Section 7: why bf16 trained slower than fp16 (27% on the H200): one resnet50 training step of benchlib's
+    trainer under each, profiled, each kernel's device time summed by name; the kernels whose time differs most
+    between the two, with their share of the difference."""
+    if not s.cuda:
+        _skip(s, "bf16 against fp16 kernels", f"{NEEDS_CUDA}: device kernels")
+        return
+    if not torch.cuda.is_bf16_supported():
+        _skip(s, "bf16 against fp16 kernels", "this GPU has no bf16")
+        return
+    z = s.sizes
+    totals: dict[str, dict[str, float]] = {}
+    for precision in ("amp_fp16", "amp_bf16"):
+        settings = RunSettings.of(precision=precision, memory_format="channels_last", cudnn_benchmark=True)
+        net = build_model("resnet50", 1000).to(s.device, memory_format=torch.channels_last)
+        t = Trainer.of(net, net, settings, s.device)
+        x = torch.randn(z.gap_batch, 3, z.gap_px, z.gap_px, device=s.device)
+        y = torch.randint(0, 1000, (z.gap_batch,), device=s.device)
+        for _ in range(3):  # autotuned and warm
+            train_step(t, x, y)
+        synchronize(s.device)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(z.profile_steps):
+                train_step(t, x, y)
+            synchronize(s.device)
+        per: dict[str, float] = {}
+        for e in prof.key_averages():
+            us = float(getattr(e, "device_time_total", 0.0) or getattr(e, "cuda_time_total", 0.0) or 0.0)
+            if us > 0:
+                per[e.key] = per.get(e.key, 0.0) + us / z.profile_steps
+        totals[precision] = per
+        s.log(finding="kernels of one step", precision=precision, kernels=len(per),
+              device_ms=round(sum(per.values()) / 1e3, 3))
+        del net, t
+        fresh_state(s.device)
+    fp16, bf16 = totals["amp_fp16"], totals["amp_bf16"]
+    diff = sum(bf16.values()) - sum(fp16.values())
+    moved = sorted(set(fp16) | set(bf16), key=lambda k: -(bf16.get(k, 0.0) - fp16.get(k, 0.0)))
+    s.log(finding="bf16 against fp16 kernels", bf16_over_fp16=round(sum(bf16.values()) / sum(fp16.values()), 4),
+          difference_us=round(diff, 1), largest=[{"kernel": k[:160], "fp16_us": round(fp16.get(k, 0.0), 1),
+                                                  "bf16_us": round(bf16.get(k, 0.0), 1),
+                                                  "share_of_difference": round((bf16.get(k, 0.0) - fp16.get(k, 0.0))
+                                                                               / diff, 3) if diff else None}
+                                                 for k in moved[:12]])
+
+
 @dataclass(frozen=True)
 class Section:
     name: str
@@ -1068,11 +1208,13 @@ class Section:
 
 
 SECTIONS = [
+    Section("predict", predict_then_measure, 75, 30),  # first: the prediction is written before anything runs
     Section("fused_sgd", fused_sgd, 30, 10),
     Section("timm_gap", timm_gap, 140, 40),
     Section("conv_kernels", conv_kernels, 50, 15),
     Section("cli_gpu_amp", cli_gpu_amp, 75, 40),
     Section("small_memory", small_memory, 100, 60),
+    Section("bf16_profile", bf16_profile, 45, 20),
 ]
 
 
@@ -1085,10 +1227,52 @@ class Budget:
         return self.total_s - (time.monotonic() - self.t0)
 
 
+# Each finding's rule, written before the run, and its judge (True pass, False fail, None: not judged, with why).
+# A finding without a rule is informational (a plan, a block's time, an effect): it is data for the others.
+RULES: dict[str, tuple[str, Callable[[dict[str, Any]], bool | None]]] = {
+    "momentum buffers after the skipped first step": (
+        "benchlib's fused SGD leaves every momentum buffer finite after the scaler skips the first step "
+        "(torch's own fused SGD is the control that may not)",
+        lambda f: f.get("nonfinite") == 0 if str(f.get("optimizer", "")).startswith("benchlib") else None),
+    "weights after 3 steps against for_loop": (
+        f"finite, and within {WEIGHT_RTOL:g} x the largest weight of for-loop SGD's, tensor by tensor",
+        lambda f: bool(f.get("within_tolerance")) if str(f.get("optimizer", "")).startswith("benchlib") else None),
+    "host syncs per fp16 step": (
+        "benchlib's default (fused) SGD under fp16: no host synchronization in a step",
+        lambda f: f.get("syncs") == 0 if f.get("optimizer") == "fused" else None),
+    "each side as it runs by itself": (
+        "benchlib's step at least 0.97 of the bare timm-style loop's speed (bare / benchlib >= 0.97)",
+        lambda f: float(f["bare_over_benchlib"]) >= 0.97 if f.get("bare_over_benchlib") is not None else None),
+    "gpu-amp row": ("the gpu-amp variant runs through the CLI to a finite loss",
+                    lambda f: f.get("loss_finite") if f.get("rc") == 0 else False),
+    "preflight refusal": ("a batch too large for the free memory is refused in one line naming a batch that fits",
+                          lambda f: f.get("rc") == 2 and bool(f.get("refusal")) and f.get("stderr_lines") == 1),
+    "run at the allowed batch": ("the batch the refusal named runs", lambda f: f.get("rc") == 0),
+    "acceptance sized to the free memory": ("the acceptance run sizes itself to the free memory and passes",
+                                            lambda f: f.get("rc") == 0),
+    "measured against predicted": ("the step and batch-1 latency measured here inside the 90% interval predicted "
+                                   "from the CPU study and this GPU's ceilings",
+                                   lambda f: f.get("inside") if "inside" in f else None),
+}
+
+
+def verdict(fields: dict[str, Any]) -> dict[str, Any]:
+    """A finding's rule and pass/fail (``RULES``); nothing for an informational one."""
+    rule = RULES.get(str(fields.get("finding")))
+    if rule is None:
+        return {}
+    try:
+        passed = rule[1](fields)
+    except (KeyError, TypeError, ValueError) as exc:
+        passed = False
+        fields = {**fields, "judge_error": str(exc)}
+    return {"rule": rule[0], "passed": passed}
+
+
 def section_log(findings: FindingsFile, section: str) -> Callable[..., None]:
-    """``log(finding=..., **fields)``: one line of ``findings`` in ``section``."""
+    """``log(finding=..., **fields)``: one line of ``findings`` in ``section``, with its rule and verdict."""
     def log(**fields: Any) -> None:
-        findings.write({"section": section, **fields})
+        findings.write({"section": section, **fields, **verdict(fields)})
     return log
 
 
@@ -1165,8 +1349,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run every section on the CPU at tiny sizes (what needs CUDA is skipped, with why)")
     parser.add_argument("--only", help=f"comma-separated sections, of: {', '.join(s.name for s in SECTIONS)}")
-    parser.add_argument("--budget-s", type=float, default=420.0,
-                        help="the session's seconds: a section starts only if its minimum is left (default 420)")
+    parser.add_argument("--budget-s", type=float, default=520.0,
+                        help="the session's seconds: a section starts only if its minimum is left (default 520: "
+                             "with start-up, about 9 minutes, a minute inside a 10-minute command)")
     return parser
 
 
@@ -1200,10 +1385,20 @@ def main(argv: list[str] | None = None) -> int:
                                watch, fail)
     finally:
         watch.stop()
+    judged = findings.judged
     findings.write({"section": "session", "finding": "end", "outcome": outcome,
-                    "seconds": round(time.monotonic() - t0, 1), "budget_s": args.budget_s})
+                    "seconds": round(time.monotonic() - t0, 1), "budget_s": args.budget_s,
+                    "passed": sum(p is True for _, p in judged), "failed": sum(p is False for _, p in judged)})
     findings.close()
+    for line in verdict_lines(judged):
+        print(line)
     return 0
+
+
+def verdict_lines(judged: list[tuple[str, bool | None]]) -> list[str]:
+    """The session's verdicts, one line each: PASS, FAIL or NOT JUDGED, and the finding with its rule."""
+    mark = {True: "PASS", False: "FAIL", None: "NOT JUDGED"}
+    return [f"{mark[p]:10s} {what}" for what, p in judged]
 
 
 if __name__ == "__main__":

@@ -160,7 +160,7 @@ def test_the_summary_explains_each_variant_under_its_comparison_with_a_figure(tm
 
     import pandas as pd
 
-    from benchlib.report.display import explain as shown
+    from benchlib.report.display import layers as shown
     from benchlib.store.layout import ResultsLayout
 
     rows = []

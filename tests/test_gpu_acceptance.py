@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from fakes import A100_MIG_1G, GIB, H100_PCIE, H100_SXM, T4, FakeGpu, fake_cuda
 
 from benchlib.env.gpu import GpuFacts, gpu_facts
@@ -260,6 +261,9 @@ def test_the_step_timer_nhwc_uuid_and_scaler_judgements_can_fail(judges):
     assert wrong_stream.passed is False and "cuda:1" in wrong_stream.name
     assert judges.judge_nhwc(["nchwToNhwcKernel", "nhwc_to_nchw_kernel", "elementwise_copy_nhwc"]).passed is False
     assert judges.judge_nhwc(["sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_nhwckrsc_nhwc"]).passed is True
+    behind_transposes = ["nchwToNhwcKernel", "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_nhwckrsc_nhwc",
+                         "nhwcToNchwKernel"]
+    assert judges.judge_nhwc(behind_transposes).passed is False, "an NCHW model cuDNN runs as NHWC is no pass"
     assert judges.judge_weights_channels_last(False).passed is False
     assert judges.judge_weights_channels_last(True).passed is True
     assert judges.judge_uuid("GPU-aaa", "GPU-bbb").passed is False
@@ -335,24 +339,67 @@ def test_the_latency_and_timm_judgements_can_fail(judges):
     assert judges.judge_timm("infer (amp_bf16)", 1000.0, None).passed is False, "timm gave no figure"
 
 
+def _set_values(cmd: list[str]) -> dict[str, str]:
+    return dict(cmd[i + 1].split("=", 1) for i, arg in enumerate(cmd) if arg == "--set")
+
+
 def test_timm_is_compared_like_with_like_in_fresh_interleaved_processes(acceptance, tmp_path):
     """Both sides run timm's own model (benchlib as ``timm:NAME``), at one batch, image size, precision
-    (bf16 and fp16) and optimizer, channels_last, each in fresh processes alternating A B A B."""
-    from benchlib.spec.settings import RunSettings
-
+    (bf16 and fp16), channels_last and step counts, each in fresh processes alternating A B A B."""
     out = tmp_path / "t.csv"
     for precision, dtype in (("amp_bf16", "bfloat16"), ("amp_fp16", "float16")):
         timm = acceptance.timm_command(Path("benchmark.py"), "resnet50", 128, 224, precision, out)
-        ours = acceptance.benchlib_command("resnet50", torch.device("cuda", 0), 128, 224, precision, 50)
+        ours = acceptance.benchlib_command("resnet50", torch.device("cuda", 0), 128, 224, precision)
         assert timm[timm.index("--model") + 1] == "resnet50" and ours[ours.index("--model") + 1] == "timm:resnet50"
         assert timm[timm.index("-b") + 1] == ours[ours.index("--batch-size") + 1] == "128"
         assert timm[timm.index("--img-size") + 1] == ours[ours.index("--image-size") + 1] == "224"
         assert timm[timm.index("--amp-dtype") + 1] == dtype and f"precision={precision}" in ours
         assert "--channels-last" in timm and "memory_format=channels_last" in ours
-        s = RunSettings.of()
-        assert timm[timm.index("--momentum") + 1] == str(s.momentum) and timm[timm.index("--opt") + 1] == "sgd"
-        assert timm[timm.index("--weight-decay") + 1] == str(s.weight_decay)
+        assert timm[timm.index("--num-bench-iter") + 1] == ours[ours.index("--steps") + 1]
+        assert timm[timm.index("--num-warm-iter") + 1] == _set_values(ours)["warmup_steps"]
     assert acceptance.interleaved(2) == ["timm", "benchlib", "timm", "benchlib"]
+
+
+def test_timm_and_benchlib_train_with_the_same_effective_settings(acceptance):
+    """Not their flags: what each side's step would run with. timm's benchmark.py builds its optimizer with
+    ``create_optimizer_v2(model, opt=..., lr=...)`` alone and trains AMP without a scaler; benchlib's side, from
+    the settings its command sets, builds the optimizer and scaler its step uses. Same class, momentum,
+    Nesterov, weight decay and learning rate, torch's own kernels, no scaler, and the same zero-initialised
+    last batch norms of timm's model."""
+    timm = pytest.importorskip("timm")
+    from timm.optim import create_optimizer_v2
+
+    from benchlib.engine.step import Trainer
+    from benchlib.nets.user_models import build_user_model
+    from benchlib.spec.settings import settings_from_mapping
+
+    theirs_model = timm.create_model("resnet18", num_classes=10)
+    theirs = create_optimizer_v2(theirs_model, opt="sgd", lr=1e-4)  # benchmark.py's very call
+    for precision in ("amp_fp16", "amp_bf16"):
+        cmd = acceptance.benchlib_command("resnet18", torch.device("cuda", 0), 32, 64, precision)
+        values = {k: v for k, v in _set_values(cmd).items() if k not in ("synthetic_classes",)}
+        s = settings_from_mapping({k: yaml.safe_load(v) for k, v in values.items()}, "benchlib side")
+        ours_model = build_user_model("timm:resnet18", 10)
+        trainer = Trainer.of(ours_model, ours_model, s, torch.device("cuda"))  # nothing runs: it is built
+        assert type(trainer.optimizer) is type(theirs)
+        for key in ("lr", "momentum", "nesterov", "weight_decay", "dampening"):
+            assert trainer.optimizer.defaults.get(key) == theirs.defaults.get(key), (precision, key)
+        assert _kernels_on_cuda(trainer.optimizer) == _kernels_on_cuda(theirs) == "foreach"
+        assert trainer.scaler is None, "timm's benchmark.py trains AMP unscaled: so does this side"
+        assert _last_norms(ours_model) == _last_norms(theirs_model) == {0.0}, "zero-initialised last batch norms"
+
+
+def _kernels_on_cuda(opt: torch.optim.Optimizer) -> str:
+    """The kernels an optimizer runs on CUDA tensors: torch resolves ``foreach=None`` to foreach there."""
+    if opt.defaults.get("fused"):
+        return "fused"
+    return "foreach" if opt.defaults.get("foreach") in (None, True) else "for_loop"
+
+
+def _last_norms(model: torch.nn.Module) -> set[float]:
+    """The summed weights of each residual block's last batch norm (a BasicBlock's bn2, a Bottleneck's bn3)."""
+    blocks = [m for m in model.modules() if type(m).__name__ in ("BasicBlock", "Bottleneck")]
+    return {float((b.bn3 if hasattr(b, "bn3") else b.bn2).weight.abs().sum()) for b in blocks} if blocks else {-1.0}
 
 
 def test_the_per_layer_judgement_can_fail(judges):
@@ -369,7 +416,15 @@ def test_the_per_layer_judgement_can_fail(judges):
     assert unexplained.passed is False and "implicit_gemm" in unexplained.detail, "a 3x3 shape is no evidence"
     too_far = above("layer2.0.conv2", "forward", 2.6, winograd.kernels)
     assert judges.judge_layers(0.96, 1.0, [too_far]).passed is False, "beyond what Winograd can explain"
+    assert judges.tf32_kernels({("fc", "forward"): ["ampere_s1688gemm_128x128_ldg8_stages_32x1_nn"]}), "Ampere cuBLAS"
+    assert not judges.tf32_kernels({("fc", "forward"): ["ampere_sgemm_128x64_nn", "ampere_h1688gemm_64x64_nn"]})
     leak = judges.tf32_kernels({("layer1.0.conv1", "backward"): ["sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32"],
                                 ("fc", "forward"): ["ampere_sgemm_64x32_sliced1x4_tn"]})
     assert leak == ["layer1.0.conv1 backward: sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32"]
     assert judges.judge_layers(0.96, 1.0, [], leak).passed is False, "TF32 in strict fp32"
+
+
+def test_the_side_stream_feed_judgement_can_fail(judges):
+    assert judges.judge_device_feed(0.0, 6, 6).passed is True
+    assert judges.judge_device_feed(3.5, 6, 6).passed is False, "a batch read before its copy ended"
+    assert judges.judge_device_feed(0.0, 5, 6).passed is False, "a batch lost"

@@ -19,7 +19,7 @@ from fakes import GIB, FakeGpu, FakeNvml, fake_cuda
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT = BENCHMARKS / "gpu_session.py"
-SECTIONS = ("fused_sgd", "timm_gap", "conv_kernels", "cli_gpu_amp", "small_memory")
+SECTIONS = ("predict", "fused_sgd", "timm_gap", "conv_kernels", "cli_gpu_amp", "small_memory", "bf16_profile")
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_without_cuda_it_says_so_in_one_line_and_in_its_findings(session, capsys
 def test_an_unknown_section_is_refused_in_one_line(session, capsys, tmp_path):
     assert session.main(["--only", "fused_sgd,timm", "--out", str(tmp_path)]) == 2
     said = capsys.readouterr().err
-    assert said.count("\n") == 1 and "unknown section timm; allowed: fused_sgd, timm_gap" in said
+    assert said.count("\n") == 1 and "unknown section timm; allowed: predict, fused_sgd, timm_gap" in said
 
 
 def test_idle_gaps_count_only_stretches_no_kernel_covers(session):
@@ -232,3 +232,76 @@ def test_findings_are_strict_json(session, tmp_path):
     findings.close()
     record = json.loads((tmp_path / "f.jsonl").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert record["ratio"] == "inf" and record["nan"] == "nan" and record["shape"] == [1, 2]
+
+
+def test_the_rounds_that_fit_are_estimated_from_a_warm_block_not_the_cold_one(session):
+    """A cell's first block autotunes cuDNN (here 60 s); the others take 1 s. 48 blocks a round at the slowest
+    would never fit a second round in 5 minutes; at the warm median one does."""
+    blocks = [(True, 60.0)] + [(i % 2 == 0, 1.0) for i in range(1, 48)]
+    warm = session.warm_block_s(blocks)
+    assert warm == 1.0 and 25.0 + warm * 48 < 300.0 < 25.0 + max(t for _, t in blocks) * 48
+    assert session.warm_block_s([(True, 60.0)]) == 60.0, "nothing warm yet: the slowest stands in"
+    assert session.warm_block_s([]) == 0.0
+
+
+def test_each_round_reverses_the_cells_order_so_no_cell_always_runs_last(session):
+    cells = ["fp16 a", "fp16 b", "bf16 a", "bf16 b"]
+    assert session.round_order(cells, 0) == cells and session.round_order(cells, 1) == cells[::-1]
+    assert {session.round_order(cells, r)[-1] for r in range(4)} == {"bf16 b", "fp16 a"}
+
+
+def test_weights_are_judged_within_a_tolerance_not_bit_for_bit(session):
+    """CUDA's fused SGD updates in double and rounds once: a few ulps from the for-loop kernels is a pass, a
+    visible difference or a NaN is not; bit identity is said, not judged."""
+    import torch
+
+    b = [torch.linspace(-1, 1, 101), torch.full((3,), 0.5)]
+    ulps = [torch.nextafter(t, torch.full_like(t, 2.0)) for t in b]
+    near = session.compare_weights(ulps, b)
+    assert near["within_tolerance"] and not near["bit_identical"] and near["finite"]
+    far = session.compare_weights([b[0] * 1.001, b[1]], b)
+    assert not far["within_tolerance"]
+    bad = session.compare_weights([torch.full((101,), float("nan")), b[1]], b)
+    assert not bad["finite"] and not bad["within_tolerance"]
+
+
+def test_each_finding_carries_its_rule_and_verdict_and_the_session_ends_with_them(session):
+    weights = {"finding": "weights after 3 steps against for_loop", "optimizer": "benchlib fused",
+               "within_tolerance": True}
+    assert session.verdict(weights) == {"rule": session.RULES[weights["finding"]][0], "passed": True}
+    syncs = {"finding": "host syncs per fp16 step", "optimizer": "fused", "syncs": 2}
+    assert session.verdict(syncs)["passed"] is False
+    assert session.verdict({**syncs, "optimizer": "foreach"})["passed"] is None, "foreach is the control"
+    assert session.verdict({"finding": "block", "median_ms": 3.0}) == {}, "informational: no verdict"
+    lines = session.verdict_lines([("a: rule", True), ("b: rule", False), ("c: rule", None)])
+    assert lines == ["PASS       a: rule", "FAIL       b: rule", "NOT JUDGED c: rule"]
+
+
+# what a lent GPU's image lacks and benchlib's single configuration must not need (benchmarks/gpu_wheels.sh)
+NOT_ON_THE_IMAGE = ("papermill", "nbconvert", "nbformat", "IPython", "optuna", "ipykernel", "jupyter_client")
+BLOCKER = r"""
+import runpy, sys
+class _NotOnTheImage:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (not on the GPU image)")
+        return None
+BLOCKED = set(sys.argv[1].split(","))
+sys.meta_path.insert(0, _NotOnTheImage())
+sys.argv = [sys.argv[0], *sys.argv[2:]]
+runpy.run_module("benchlib", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_one_configuration_runs_without_what_the_gpu_image_lacks(tmp_path):
+    """`benchlib run` of one configuration with papermill, nbconvert, nbformat, IPython and optuna unimportable,
+    as on the lent GPU's image: nothing of the notebook machinery is needed to measure and record a row."""
+    done = subprocess.run([sys.executable, "-c", BLOCKER, ",".join(NOT_ON_THE_IMAGE), "run", "--model", "resnet18",
+                           "--data", "synthetic", "--batch-size", "4", "--image-size", "32", "--steps", "2",
+                           "--set", "warmup_steps=1", "--set", "latency_repeats=3", "--set", "latency_budget_s=0",
+                           "--set", "synthetic_samples=16", "--results-dir", str(tmp_path), "--json"],
+                          capture_output=True, text=True, cwd=BENCHMARKS.parent, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(BENCHMARKS.parent)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["status"] == "ok"

@@ -80,7 +80,8 @@ def test_pair_results_read_like_the_report():
     first = table.iloc[0].to_dict()
     assert first["training"] == "27.7 samples/s" and first["step time"] == "288 ms (IQR 12.3 ms)"
     assert first["epoch"] == "\u2013" and first["test accuracy"] == "18.8%"
-    assert first["latency, batch 1 (p50 / p99)"] == "1.20 ms / 2.94 ms" and first["peak memory"] == "877 MiB"
+    assert first["latency, batch 1 (p50 / p99)"] == "1.20 ms / 2.94 ms"
+    assert first["peak memory, whole process (CUDA allocated on a GPU, RSS elsewhere)"] == "877 MiB"
     assert first["interfered"] == "yes: 66.7% of the CPUs used by others"
     assert table.iloc[1]["status"] == "oom: CPU memory above memory_limit_bytes"
     assert not [c for c in _cells(table) if c in ("None", "nan", "NaN")]

@@ -148,6 +148,10 @@ def test_the_index_headline_says_how_sure_each_figure_is():
          "train_samples_per_s": 2.0, "machine_drifted": False, "train_step_noisy": False}])
     text = site.headline_table(rows)
     assert "<th>how sure</th>" in text and "<td>machine drifted, noisy</td>" in text and "<td>no flag</td>" in text
+    assert "– (not measured)" in text and "– (not evaluated)" in text, "a missing figure says why"
+    refused = site.headline_table(rows.assign(latency_ms_p50=3.0,
+                                              latency_ms_p50_status="too few samples (n=5, p50 needs 6)"))
+    assert "– (n=5 &lt; 6)" in refused
 
 
 def test_a_kernel_runs_without_warnings_in_the_users_terminal(tmp_path, capfd):

@@ -14,7 +14,7 @@ from benchlib.pipeline import rounds
 from benchlib.report.evidence import rules
 from benchlib.report.evidence.precision import Precision, study_precision
 from benchlib.report.evidence.samples import SampleFiles
-from benchlib.spec.study import AutoRepeats, parse_repeats
+from benchlib.spec.repeats import AutoRepeats, parse_repeats
 from benchlib.store.layout import ResultsLayout
 from benchlib.store.rows import read_results
 

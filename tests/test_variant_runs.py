@@ -77,8 +77,9 @@ def test_variants_run_interleaved_in_rounds_with_each_evaluator_after_its_traine
     assert [seed for seed, _, _ in order] == [0] * 8 + [1] * 8, "rounds: every variant of a seed, then the next"
     path.write_text(path.read_text() + "interleave: false\n")
     grouped = [(c.settings.seed, c.batch_size, c.settings.variant) for c in load_study(path).configs("cpu", "resnet18")]
-    assert [v for _, _, v in grouped[:4]] == ["cpu-default"] * 4 and grouped[-1][2] == "cpu-quantized"
-    assert sorted(grouped) == sorted(order)
+    # each round (seed) is a fresh process: within it, a variant's batch sizes together, in the study's order
+    assert [v for _, _, v in grouped[:2]] == ["cpu-default"] * 2 and grouped[7][2] == "cpu-quantized"
+    assert [seed for seed, _, _ in grouped] == [0] * 8 + [1] * 8 and sorted(grouped) == sorted(order)
 
 
 def test_compare_params_expand_variants():
@@ -205,17 +206,23 @@ def test_a_resumed_pair_reuses_saved_weights_and_ignores_foreign_ones(tmp_path, 
 @pytest.mark.parametrize("interleave", [True, False])
 def test_configurations_without_cudnn_autotuning_run_before_those_with_it(interleave):
     """The plans cuDNN's autotuner finds stay in the process (torch cannot clear them) and a later
-    ``cudnn_benchmark: false`` configuration would run them: every such configuration goes first, and the
-    ones with autotuning keep their rounds among themselves."""
+    ``cudnn_benchmark: false`` configuration would run them: within the process a round runs in, every such
+    configuration goes first, and the rounds stay interleaved."""
     from benchlib.spec.study import parse_study
 
     cfg = parse_study({"study": "c", "hardware": ["cuda"], "models": ["resnet18"], "batch_sizes": [32, 64],
                        "repeats": 2, "interleave": interleave, "sweep": {"cudnn_benchmark": [True, False]}},
                       "c.yaml")
     order = [(c.settings.knobs.cudnn_benchmark, c.settings.seed, c.batch_size) for c in cfg.configs("cuda", "resnet18")]
-    assert [b for b, _, _ in order] == [False] * 4 + [True] * 4
+    # each round runs in a fresh process (repeats): without autotuning first within it, the rounds interleaved
+    assert [b for b, _, _ in order] == [False] * 2 + [True] * 2 + [False] * 2 + [True] * 2
+    assert [seed for _, seed, _ in order] == [0] * 4 + [1] * 4, "rounds stay interleaved: drift lands on both"
     if interleave:
-        assert order[4:] == [(True, 0, 32), (True, 0, 64), (True, 1, 32), (True, 1, 64)]
+        assert order[:4] == [(False, 0, 32), (False, 0, 64), (True, 0, 32), (True, 0, 64)]
+    from benchlib.spec.study import schedule
+
+    one_process = [c.settings.knobs.cudnn_benchmark for c in schedule(cfg.configs("cuda", "resnet18"), interleave)]
+    assert one_process == [False] * 4 + [True] * 4, "one process running every round: no autotuned plan leaks"
 
 
 def test_each_row_states_what_benchlibs_own_threads_took_from_its_timed_steps(rows):

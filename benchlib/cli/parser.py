@@ -140,7 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"benchlib {__version__}",
                         help="print benchlib's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _study_commands(sub)
+    _configuration_commands(sub)
+    _results_commands(sub)
+    return parser
 
+
+def _study_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands that run a params file's grid: study, sweep, compare, tune, slurm."""
     p = _sub(sub, "study", "run every hardware/model pair of a params file, then the summary and HTML")
     _add_study_args(p)
     p.add_argument("--pair", type=int, help="run only pair number PAIR (0-based; what a SLURM array task does)")
@@ -184,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --nodes: processes per node (default: --gpus-per-node, else 1)")
     p.set_defaults(func=_command("cluster", "cmd_slurm"))
 
+
+def _configuration_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands about one configuration or this machine: run, profile, layers, flops, roofline, predict."""
     p = _sub(sub, "run", "measure one configuration and write its row")
     _add_config_args(p)
     p.add_argument("--steps", type=int, metavar="N", help="timed training steps after warmup (default: full epochs)")
@@ -254,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_command("results", "cmd_predict"))
 
+
+def _results_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands about the machine's noise and results already written: calibrate, diff, report, check-pages, env."""
     p = _sub(sub, "calibrate", "measure this machine's run-to-run noise floor: one small configuration in fresh "
              "processes, so comparisons of one run a side claim only differences beyond it")
     p.add_argument("--device", default="cpu", help=HARDWARE_CHOICES)
@@ -302,4 +315,3 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "env", "print the environment manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_command("single", "cmd_env"))
-    return parser

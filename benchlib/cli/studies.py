@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..spec.study import StudyConfig, parse_repeats
+from ..spec.repeats import parse_repeats
+from ..spec.study import StudyConfig
 
 EXIT_FAILURES = 1
 

@@ -49,7 +49,8 @@ def make_optimizer(model: nn.Module, s: RunSettings, device: torch.device | None
                                "for_loop": {"foreach": False}, "default": {}}[impl]
     if s.optimizer == "adam":
         return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay, **kernels)
-    sgd = torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay, **kernels)
+    sgd = torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay, nesterov=s.nesterov,
+                          **kernels)
     if impl == "fused" and s.momentum > 0:
         zero_momentum(sgd)
     return sgd
@@ -83,7 +84,8 @@ class Trainer:
     @classmethod
     def of(cls, net: nn.Module, model: nn.Module, s: RunSettings, device: torch.device) -> Trainer:
         """A trainer for ``net`` (the model, or its DDP/compiled wrapper) optimizing ``model``'s parameters."""
-        return cls(net, make_optimizer(model, s, device), device, s.knobs, make_grad_scaler(s.knobs, device))
+        scaler = make_grad_scaler(s.knobs, device) if s.grad_scaler else None  # false: fp16 unscaled, as timm's
+        return cls(net, make_optimizer(model, s, device), device, s.knobs, scaler)
 
 
 def in_memory_format(x: torch.Tensor, knobs: Knobs) -> torch.Tensor:

@@ -73,6 +73,11 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split("x"))
 
 
+def _pair_of(text: str) -> tuple[int, int]:
+    a, b = _ints(text)
+    return a, b
+
+
 def module_of(text: str) -> tuple[nn.Module, tuple[int, ...], bool]:
     """The layer a signature names, its input's shape and whether that input is channels_last. ValueError for
     text that is not a signature ``signature`` wrote."""
@@ -81,8 +86,9 @@ def module_of(text: str) -> tuple[nn.Module, tuple[int, ...], bool]:
         f = dict(item.split("=", 1) for item in fields)
         shape = _ints(f["in"])
         if op == "conv2d":
-            conv = nn.Conv2d(shape[1], int(f["out"]), _ints(f["k"]), stride=_ints(f["s"]), padding=_ints(f["p"]),
-                             dilation=_ints(f["d"]), groups=int(f["g"]), bias=f["bias"] == "1")
+            conv = nn.Conv2d(shape[1], int(f["out"]), _pair_of(f["k"]), stride=_pair_of(f["s"]),
+                             padding=_pair_of(f["p"]), dilation=_pair_of(f["d"]), groups=int(f["g"]),
+                             bias=f["bias"] == "1")
             return conv, shape, f["cl"] == "1"
         if op == "linear":
             return nn.Linear(shape[-1], int(f["out"]), bias=f["bias"] == "1"), shape, False

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..report.evidence.precision import Precision, study_precision
 from ..report.evidence.samples import SampleFiles
-from ..spec.study import AutoRepeats
+from ..spec.repeats import AutoRepeats
 from ..store.layout import ResultsLayout
 from ..store.rows import read_results
 

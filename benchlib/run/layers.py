@@ -12,11 +12,8 @@ of each layer is counted once (``nets.layer_work``) and placed under this machin
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,22 +22,17 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from ..engine.hooks import step_starts
-from ..engine.knobs import precision_context
 from ..engine.setup import build, check_runs, configuration, wrap
-from ..engine.step import Trainer, in_memory_format, make_optimizer, train_step
-from ..env.devices import resolve_hardware, synchronize
+from ..engine.step import Trainer, in_memory_format, make_optimizer
+from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..env.threads import last_level_cache_bytes
 from ..errors import ConfigError
-from ..instruments.hook_times import CallCost, HookTimer, probe_cost
+from ..instruments.hook_times import CallCost, probe_cost
 from ..instruments.layer_times import (
     LAYER_PREFIX,
     layer_kernels,
     layer_ranges,
-    layer_times,
-    phase_time_us,
-    region_device_us,
 )
 from ..instruments.profiler import StepSpans, event_interval, is_host_event, step_spans
 from ..log import ProgressFn, progress_of
@@ -50,13 +42,14 @@ from ..nets.layer_work import OPTIMIZER, UNATTRIBUTED, count_forward_work, count
 from ..nets.op_kinds import op_kinds
 from ..nets.quantize import quantized_copy
 from ..roofline.cache import ensure_ceilings
-from ..roofline.layers import RoofOf, layer_roofline, median_per_step, predicted_step_s, times_per_step
+from ..roofline.layers import RoofOf, layer_roofline, median_per_step, predicted_step_s
 from ..roofline.model import roof_dtype
 from ..spec.settings import RunConfig
 from ..spec.vocab import DATA_WAIT_LAYER, TIMING_LAYER
 from ..store.atomic import atomic_write_json, json_ready
 from ..store.layout import ResultsLayout
 from ..store.schema import LAYERS_FORMAT_VERSION
+from .layer_steps import Forwards, Steps, series, step_rows
 from .profile import _cycle, _quiet_kineto
 
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -116,62 +109,6 @@ class LayerReport:
 
 
 
-def _step_rows(events: list[Any], span: StepSpans, device: bool = False, optimizer: bool = True) -> pd.DataFrame:
-    """One profiled step's rows: each layer and phase, the optimizer (a training step, ``optimizer``), the wait
-    for the batch (host time of ``data_wait``, where the step has one) and the rest of the step (on a GPU,
-    ``device``: the kernels' time under each range; the rest holds launch gaps and an idle device too). A
-    forward-only step has no optimizer row."""
-    layers = layer_times(events, [span], device=device)
-    optimizer_us = 0.0
-    extra = []
-    if optimizer:
-        optimizer_us = (region_device_us(events, [span], "optimizer_step") if device
-                        else phase_time_us([span], "optimizer_step"))
-        extra.append({"layer": OPTIMIZER, "phase": "optimizer", "calls": 1, "time_us": optimizer_us})
-    wait_us = phase_time_us([span], "data_wait")
-    if wait_us > 0:
-        extra.append({"layer": DATA_WAIT_LAYER, "phase": "other", "calls": 1, "time_us": wait_us})
-    rest_us = max(0.0, span.step_time_us - float(layers["time_us"].sum()) - optimizer_us - wait_us)
-    extra.append({"layer": UNATTRIBUTED, "phase": "other", "calls": 1, "time_us": rest_us})
-    return pd.concat([layers, pd.DataFrame(extra)], ignore_index=True)
-
-
-class _Steps:
-    """Training steps of one configuration, each timed by the host clock around a synchronize."""
-
-    def __init__(self, trainer: Trainer, batches: Iterator[Any], device: torch.device) -> None:
-        self.trainer, self.batches, self.device = trainer, batches, device
-
-    def one(self) -> float:
-        return self.timed()[0]
-
-    def timed(self) -> tuple[float, float]:
-        """One step: its time and, apart, the time it waited for its batch (both seconds)."""
-        step_starts("train")
-        waited = time.perf_counter()
-        with record_function("data_wait"):
-            x, y = next(self.batches)
-        start = time.perf_counter()
-        train_step(self.trainer, x, y, region=record_function)
-        synchronize(self.device)
-        return time.perf_counter() - start, start - waited
-
-    def hooked(self, timer: HookTimer) -> tuple[float, pd.DataFrame]:
-        """One step timed layer by layer by ``timer``'s hooks (a CPU's): its time and its rows."""
-        step_starts("train")
-        waited = time.perf_counter()
-        with timer.region(DATA_WAIT_LAYER, "other"):
-            x, y = next(self.batches)
-        start = time.perf_counter()
-
-        def region(name: str) -> Any:
-            return timer.region(OPTIMIZER, "optimizer") if name == "optimizer_step" else contextlib.nullcontext()
-
-        train_step(self.trainer, x, y, region=region)
-        end = time.perf_counter()
-        return end - start, timer.step_rows(end - waited)
-
-
 def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
                    progress: ProgressFn | None = None) -> LayerReport:
     """Profile ``steps`` training steps of ``cfg`` in blocks of ``block``, interleaved with as many plain
@@ -202,49 +139,22 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         trainer = Trainer.of(net, built.model, s, device)
         net.train()
         batches = _cycle(built.loaders.train)
-        runner = _Steps(trainer, batches, device)
+        runner = Steps(trainer, batches, device)
         for _ in range(max(1, s.warmup_steps)):
             runner.one()
-        plain: list[float] = []
-        waits: list[float] = []
-        profiled: list[float] = []
-        cycles: list[list[Any]] = []
-        hooked: list[pd.DataFrame] = []
         call_cost = CallCost() if on_gpu else probe_cost()  # the hooks' calls, before the steps they time
-        timer = HookTimer(leaf_modules(built.model), call_cost=call_cost)
-        while len(profiled) < steps:
-            n = min(block, steps - len(profiled))
-            for _ in range(n):
-                took, waited = runner.timed()
-                plain.append(took)
-                waits.append(waited)
-            if not on_gpu:  # the host runs the layers: its clock in hooks, a few microseconds a layer
-                with timer.attached():
-                    for _ in range(n):
-                        took, rows = runner.hooked(timer)
-                        profiled.append(took)
-                        hooked.append(rows)
-                say(f"layers: {len(profiled)}/{steps} steps timed layer by layer")
-                continue
-            with layer_ranges(leaf_modules(built.model)), profile(
-                    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                    schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
-                    on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
-                for i in range(n + 1):  # the first step warms the profiler up and is dropped
-                    took = runner.one()
-                    if i:
-                        profiled.append(took)
-                    prof.step()
-            say(f"layers: {len(profiled)}/{steps} profiled steps")
+        timed = runner.measure(leaf_modules(built.model), steps, block, on_gpu, call_cost, say)
+        plain, waits, profiled, cycles, hooked = (timed.plain, timed.waits, timed.profiled, timed.cycles,
+                                                  timed.hooked)
         x, _ = next(batches)
         served, served_net = built.model, net
         if s.knobs.quantization != "none":  # the variant serves an int8 copy of the trained model
             served = served_net = quantized_copy(built.model.eval(), s.knobs.quantization, built.loaders.train)
             built.model.train()
-        forward = _Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs, call_cost)
+        forward = Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs, call_cost)
         inference = forward.measure(served, steps, block, on_gpu)
         say("layers: batch-1 forwards profiled")
-    per_step = hooked + [_step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
+    per_step = hooked + [step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     kernels: dict[tuple[str, str], set[str]] = {}
     for events in cycles if on_gpu else []:
         for key, names in layer_kernels(events, step_spans(events)).items():
@@ -281,7 +191,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                "machine": machine_name(), "cache_bytes": cache_bytes,
                "shapes": layer_shapes(built.model, in_memory_format(x.to(device), s.knobs)),
                **({} if on_gpu else {"hook_call_cost_s": call_cost.to_json()})},
-        plain_steps_s=plain, plain_data_wait_s=waits, per_step=_series(per_step))
+        plain_steps_s=plain, plain_data_wait_s=waits, per_step=series(per_step))
     if served is built.model:
         report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
                                               bandwidth, element_bytes, cache_bytes, ops, roof_of)
@@ -299,67 +209,6 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
     return report
 
 
-def _series(per_step: list[pd.DataFrame]) -> list[dict[str, Any]]:
-    """Every (layer, phase)'s seconds in each profiled step, as the file keeps them."""
-    return [{"layer": layer, "phase": phase, "time_s": times}
-            for (layer, phase), times in times_per_step(per_step).items()]
-
-
-class _Forwards:
-    """Batch-1 forwards of the trained model in eval mode, as latency calls run (inference mode, the variant's
-    autocast and memory format), timed plain and profiled in alternating blocks like the training steps."""
-
-    def __init__(self, net: torch.nn.Module, x1: torch.Tensor, device: torch.device, knobs: Any,
-                 call_cost: CallCost | None = None) -> None:
-        self.net, self.x1, self.device, self.knobs = net, x1, device, knobs
-        self.call_cost = call_cost
-
-    def one(self) -> float:
-        step_starts("forward")
-        start = time.perf_counter()
-        with torch.inference_mode(), precision_context(self.knobs, self.device), record_function("forward"):
-            self.net(self.x1)
-        synchronize(self.device)
-        return time.perf_counter() - start
-
-    def measure(self, model: torch.nn.Module, steps: int, block: int, on_gpu: bool) -> dict[str, Any]:
-        """The plain forwards' seconds and each timed-by-layer forward's rows (``_step_rows``' columns, no
-        optimizer): on a GPU from the profiler's device timeline, on a CPU from the host clock in module hooks
-        (``_hooked``: the profiler's cost per op, up to 1.5x a batch-1 forward, differs between an fp32 and an
-        int8 model and would not let their split add up to their difference)."""
-        self.net.eval()
-        for _ in range(3):
-            self.one()
-        plain: list[float] = []
-        cycles: list[list[Any]] = []
-        rows: list[pd.DataFrame] = []
-        done = 0
-        while done < steps:
-            n = min(block, steps - done)
-            plain += [self.one() for _ in range(n)]
-            if not on_gpu:
-                rows += self._hooked(leaf_modules(model), n)
-                done += n
-                continue
-            with layer_ranges(leaf_modules(model)), profile(
-                    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                    schedule=schedule(wait=0, warmup=1, active=n, repeat=1),
-                    on_trace_ready=lambda p: cycles.append(list(p.events()))) as prof:
-                for _ in range(n + 1):
-                    self.one()
-                    prof.step()
-            done += n
-        self.net.train()
-        rows += [_step_rows(events, span, on_gpu, optimizer=False) for events in cycles for span in step_spans(events)]
-        return {"plain": plain, "per_step": rows}
-
-    def _hooked(self, leaves: dict[str, torch.nn.Module], n: int) -> list[pd.DataFrame]:
-        """``n`` forwards timed layer by layer by the host clock in hooks (``instruments.hook_times``)."""
-        timer = HookTimer(leaves, call_cost=self.call_cost)
-        with timer.attached():
-            return [timer.step_rows(self.one()) for _ in range(n)]
-
-
 def _inference_figures(measured: dict[str, Any], work: Any, kinds: dict[str, str], peak: float, bandwidth: float,
                        element_bytes: int, cache_bytes: int | None, ops: dict[str, str],
                        roof_of: RoofOf) -> dict[str, Any]:
@@ -371,7 +220,7 @@ def _inference_figures(measured: dict[str, Any], work: Any, kinds: dict[str, str
                            kinds, step_s=step_s, peak_flops_per_s=peak, bandwidth_bytes_per_s=bandwidth,
                            cache_bytes=cache_bytes, op_kinds=ops, roof_of=roof_of) if rows else pd.DataFrame()
     return {"batch_size": 1, "step_s": step_s, "steps": len(rows), "plain_steps_s": plain,
-            "per_step": _series(rows), "layers": table.to_dict("records")}
+            "per_step": series(rows), "layers": table.to_dict("records")}
 
 
 def _int8_inference_figures(measured: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
@@ -383,7 +232,7 @@ def _int8_inference_figures(measured: dict[str, Any], model: torch.nn.Module) ->
               "time_s": float(r["time_us"]) * 1e-6, "bound": None, "roof_fraction": None}
              for r in times.to_dict("records")]
     return {"batch_size": 1, "step_s": statistics.median(plain) if plain else math.nan, "steps": len(rows),
-            "plain_steps_s": plain, "per_step": _series(rows), "layers": table}
+            "plain_steps_s": plain, "per_step": series(rows), "layers": table}
 
 
 def gpu_l2_bytes(device: torch.device) -> int | None:
@@ -456,7 +305,7 @@ def profile_forward(model: torch.nn.Module, batch: torch.Tensor, *, calls: int =
             prof.step()
     events = cycles[0]
     spans = step_spans(events)
-    per_step = [_step_rows(events, span, optimizer=False) for span in spans]
+    per_step = [step_rows(events, span, optimizer=False) for span in spans]
     times = median_per_step(per_step).sort_values("time_us", ascending=False).reset_index(drop=True)
     kinds = {name: type(m).__name__ for name, m in leaf_modules(model).items()}
     times.insert(1, "kind", times["layer"].map(kinds).fillna(""))

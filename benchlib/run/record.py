@@ -211,10 +211,12 @@ def set_aside_stale_rows(results_dir: str | Path, configs: Sequence[RunConfig], 
 def pair_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings, *,
                  sweep: Mapping[str, Sequence[Any]] | None = None, repeats: int = 1,
                  variants: Sequence[Mapping[str, Any] | str | Variant] = (),
-                 interleave: bool = True) -> list[RunConfig]:
-    """The pair's configurations in the order they run (``schedule``: training first, rounds if interleaved)."""
+                 interleave: bool = True, fresh_rounds: bool = False) -> list[RunConfig]:
+    """The pair's configurations in the order they run (``schedule``: training first, rounds if interleaved;
+    ``fresh_rounds``: this process runs one round of them)."""
     parsed = [v if isinstance(v, Variant) else parse_variant(v, "notebook parameters: variants") for v in variants]
-    return schedule(expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed), interleave)
+    return schedule(expand_variants(study, hardware, model, batch_sizes, settings, sweep, repeats, parsed), interleave,
+                    fresh_rounds)
 
 
 def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
@@ -246,7 +248,7 @@ def run_pair(study: str, hardware: str, model: str, batch_sizes: Sequence[int], 
     layout = ResultsLayout.of(results_dir)
     machine = machine_name()
     configs = pair_configs(study, hardware, model, batch_sizes, settings, sweep=sweep, repeats=repeats,
-                           variants=variants, interleave=interleave)
+                           variants=variants, interleave=interleave, fresh_rounds=only_round is not None)
     if supersede:
         set_aside_stale_rows(layout.root, configs, machine, progress)
     plans = plan_weights(layout, machine, configs)

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..errors import ConfigError
 from .fields import TYPE_WORDS, _base_type, is_type
+from .repeats import MAX_REPEATS, parse_repeats
 from .settings import SETTING_RULES, coerce_setting
-from .study import MAX_REPEATS, check_grid_value, parse_repeats
+from .study import check_grid_value
 from .variants import parse_variant
 from .vocab import HARDWARE_CHOICES, MODEL_FORMS, NAME_WORDS, did_you_mean
 

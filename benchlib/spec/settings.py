@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..store.identity import digest, run_id_of, settings_digest_of
+from ..store.identity import digest, run_id_of, settings_digest_of, stable_flat
 from .fields import Rule, coerce, rules_of, setting
 from .knobs import Knobs
 from .vocab import (
@@ -68,7 +68,10 @@ class RunSettings:
                                   choices=OPTIMIZER_IMPLS)
     lr: float = setting(0.01, "learning rate", min_exclusive=0.0, max=10.0)
     momentum: float = setting(0.9, "SGD momentum", min=0.0, max_exclusive=1.0)
+    nesterov: bool = setting(False, "SGD with Nesterov momentum (what timm's 'sgd' optimizer trains)")
     weight_decay: float = setting(5e-4, "weight decay", min=0.0, max=1.0)
+    grad_scaler: bool = setting(True, "amp_fp16 training scales the loss (torch's GradScaler) so small gradients do "
+                                      "not underflow; false trains it unscaled, as timm's benchmark.py does")
     epochs: int = setting(1, "training epochs", min=1, max=10_000)
     max_train_batches: int | None = setting(None, "cap on training batches per epoch", min=1, max=LARGE)
     train_steps: int | None = setting(None, "train exactly this many timed steps (after warmup), across epochs as "
@@ -176,7 +179,7 @@ class RunConfig:
     @property
     def training_key(self) -> str:
         """Hash of everything that decides the trained weights (inference-only settings left out)."""
-        flat = {k: v for k, v in self.settings.flat().items() if k not in INFERENCE_ONLY_SETTINGS}
+        flat = {k: v for k, v in stable_flat(self.settings.flat()).items() if k not in INFERENCE_ONLY_SETTINGS}
         return digest({"model": self.model, "hardware": self.hardware, "batch_size": self.batch_size,
                        "world_size": self.world_size, "settings": flat}, length=16)
 
@@ -224,6 +227,9 @@ def check_consistency(s: RunSettings, where: str) -> None:
     if s.freeze_backbone and not s.pretrained:
         raise ConfigError(f"{where}: key 'freeze_backbone' is true but 'pretrained' is false; allowed: "
                           "freeze_backbone only with pretrained: true")
+    if s.nesterov and (s.optimizer != "sgd" or s.momentum <= 0):
+        raise ConfigError(f"{where}: key 'nesterov' is true with optimizer {s.optimizer}, momentum {s.momentum}; "
+                          "allowed: nesterov only with optimizer sgd and momentum > 0")
     if s.persistent_workers and s.num_workers == 0:
         raise ConfigError(f"{where}: key 'persistent_workers' is true with num_workers 0; allowed: "
                           "persistent_workers only with num_workers >= 1")

@@ -16,6 +16,7 @@ import yaml
 
 from ..errors import ConfigError, first_line
 from . import yamlfile
+from .repeats import AutoRepeats, parse_repeats
 from .settings import (
     SETTING_RULES,
     RunConfig,
@@ -70,7 +71,6 @@ GRID_KEYS: dict[str, str] = {
 }
 ALLOWED_KEYS: tuple[str, ...] = tuple(GRID_KEYS) + tuple(SETTING_RULES)
 NOT_SWEEPABLE = ("dataset", "data_path", "variant", "seed")
-MAX_REPEATS = 100
 
 
 def expand_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[int], settings: RunSettings,
@@ -87,19 +87,25 @@ def expand_configs(study: str, hardware: str, model: str, batch_sizes: Sequence[
     return out
 
 
-def schedule(configs: Sequence[RunConfig], interleave: bool = True) -> list[RunConfig]:
+def schedule(configs: Sequence[RunConfig], interleave: bool = True, fresh_rounds: bool = False) -> list[RunConfig]:
     """The order configurations run in: training ones before those that evaluate their weights, and with
     ``interleave`` in rounds (seed, then batch size) so variants and swept values alternate A B A B
     instead of all of A then all of B: thermal drift or other load then lands on every side alike.
 
     An evaluate-only variant stays after the training twin of its round (same seed and batch), whose
-    weights it evaluates. Configurations without cuDNN autotuning run before those with it: the plans
-    ``cudnn_benchmark: true`` finds stay in the process's plan cache, which torch cannot clear and which a
-    later ``false`` configuration would use (autotuned kernels in a row that says it ran without them).
+    weights it evaluates. Configurations without cuDNN autotuning run before those with it in the process
+    they share: the plans ``cudnn_benchmark: true`` finds stay in the process's plan cache, which torch cannot
+    clear and which a later ``false`` configuration would use (autotuned kernels in a row that says it ran
+    without them). ``fresh_rounds``: each round (seed) runs in a process of its own (a study's repeats), so that
+    order holds within each round and the rounds stay interleaved; otherwise one process runs them all and
+    every configuration without autotuning goes first.
     """
+    batches = list(dict.fromkeys(c.batch_size for c in configs))
+    if fresh_rounds:
+        return sorted(configs, key=lambda c: (c.settings.seed, c.settings.knobs.cudnn_benchmark,
+                                              batches.index(c.batch_size) if interleave else 0, c.evaluates_only))
     if not interleave:  # stable: the study's order otherwise
         return sorted(configs, key=lambda c: (c.settings.knobs.cudnn_benchmark, c.evaluates_only))
-    batches = list(dict.fromkeys(c.batch_size for c in configs))
     return sorted(configs, key=lambda c: (c.settings.knobs.cudnn_benchmark, c.settings.seed,
                                           batches.index(c.batch_size), c.evaluates_only))
 
@@ -116,69 +122,6 @@ def expand_variants(study: str, hardware: str, model: str, batch_sizes: Sequence
         out += expand_configs(study, hardware, model, (tuned,) if tuned else batch_sizes, apply_variant(settings, v),
                               sweep, repeats)
     return out
-
-
-@dataclass(frozen=True)
-class AutoRepeats:
-    """``repeats: auto``: rounds (each in a fresh process) are added until every configuration's figure and
-    every ratio of a pair is known within ±``until_pct``%, or ``max_runs`` rounds or ``max_minutes`` are spent."""
-
-    until_pct: float = 3.0
-    max_runs: int = 10
-    max_minutes: float = 10.0
-    target_change_pct: float | None = None  # instead of until_pct: stop once every comparison can tell this change
-
-    def describe(self) -> str:
-        target = (f"until every comparison can tell a {self.target_change_pct:g}% change"
-                  if self.target_change_pct is not None else f"until ±{self.until_pct:g}%")
-        return f"auto ({target}, at most {self.max_runs} runs or {self.max_minutes:g} min)"
-
-
-AUTO_KEYS = {"until_pct": "the target half-width of the 95% interval, % (> 0)",
-             "target_change": "the change every comparison must be able to tell, % (e.g. 5 or '5%', > 2)",
-             "max_runs": f"rounds at most (2..{MAX_REPEATS})", "max_minutes": "minutes at most (> 0)"}
-
-
-def parse_repeats(value: Any, where: str) -> tuple[int, AutoRepeats | None]:
-    """(rounds, auto) from a study's ``repeats`` (or ``--repeats``): an integer, ``auto`` or a mapping of
-    ``AUTO_KEYS``; one line naming what is allowed otherwise."""
-    allowed = (f"an integer from 1 to {MAX_REPEATS}, 'auto', or a mapping of {', '.join(AUTO_KEYS)} "
-               "(e.g. {until_pct: 3, max_runs: 10, max_minutes: 10})")
-    if value == "auto":
-        value = {}
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - set(AUTO_KEYS))
-        if unknown:
-            raise ConfigError(f"{where}: key 'repeats' has {', '.join(map(str, unknown))}; allowed: {allowed}")
-        def number(key: str, ok: bool) -> float:
-            v = value[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not ok:
-                raise ConfigError(f"{where}: key 'repeats.{key}' is {v!r}; allowed: {AUTO_KEYS[key]}")
-            return float(v)
-
-        def good(key: str, low: float, high: float, integer: bool = False) -> bool:
-            v = value.get(key)
-            return (isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
-                    and (not integer or isinstance(v, int)))
-
-        if isinstance(value.get("target_change"), str) and value["target_change"].strip().endswith("%"):
-            try:
-                value = {**value, "target_change": float(value["target_change"].strip()[:-1])}
-            except ValueError:
-                pass
-        d = AutoRepeats()
-        auto = AutoRepeats(
-            target_change_pct=number("target_change", good("target_change", 2.0 + 1e-9, 99.999))
-            if "target_change" in value else None,
-            until_pct=number("until_pct", good("until_pct", 1e-9, 99.999)) if "until_pct" in value else d.until_pct,
-            max_runs=int(number("max_runs", good("max_runs", 2, MAX_REPEATS, True))) if "max_runs" in value
-            else d.max_runs,
-            max_minutes=number("max_minutes", good("max_minutes", 1e-9, 24 * 60)) if "max_minutes" in value
-            else d.max_minutes)
-        return auto.max_runs, auto
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEATS:
-        raise ConfigError(f"{where}: key 'repeats' is {value!r}; allowed: {allowed}")
-    return value, None
 
 
 @dataclass(frozen=True)
@@ -211,7 +154,8 @@ class StudyConfig:
     def configs(self, hardware: str, model: str) -> list[RunConfig]:
         """The pair's configurations in the order they run (see ``schedule``)."""
         return schedule(expand_variants(self.study, hardware, model, self.batch_sizes, self.settings,
-                                        dict(self.sweep), self.repeats, self.variants), self.interleave)
+                                        dict(self.sweep), self.repeats, self.variants), self.interleave,
+                        fresh_rounds=self.repeats > 1)  # a study runs each round in a fresh process
 
     def all_configs(self) -> list[RunConfig]:
         return [c for h, m in self.pairs() for c in self.configs(h, m)]

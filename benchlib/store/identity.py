@@ -21,9 +21,20 @@ def digest(values: Mapping[str, Any], length: int = 8) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:length]
 
 
+# Settings added after rows were first written, left out of a hash where they hold their default: a
+# configuration that does not use them keeps the run id and weights key it always had (its rows resume and its
+# diff pairs them across versions); one that does gets a new one.
+LATER_SETTINGS: dict[str, Any] = {"nesterov": False, "grad_scaler": True}
+
+
+def stable_flat(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``flat`` without the ``LATER_SETTINGS`` that hold their default: what a hash of the settings reads."""
+    return {k: v for k, v in flat.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
+
+
 def settings_digest_of(flat: Mapping[str, Any]) -> str:
     """Hash of every flat setting except the seed: repeats of a configuration share it, any other change does not."""
-    return digest({k: v for k, v in flat.items() if k != "seed"})
+    return digest({k: v for k, v in stable_flat(flat).items() if k != "seed"})
 
 
 def model_token(model: str) -> str:

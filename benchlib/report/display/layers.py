@@ -1,19 +1,24 @@
 """Per-layer pages: a configuration's training step layer by layer against the roofline (the figure, the layers
-that lose the most time, the same by kind of layer, how it was made), in the summary and the profile notebook,
-and the predictions made from them on other machines."""
+that lose the most time, the same by kind of layer, how it was made), in the summary and the profile notebook;
+each variant's difference split layer by layer (``findings.explain``, ``figures.explain``); and the
+predictions made from the per-layer tables on other machines."""
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 from IPython.display import Markdown, display
 
+from ..evidence.diff import table_family
 from ..figures import layers as layer_figures
+from ..figures.explain import explained_parts
+from ..findings.explain import explanation_lines
 from ..findings.work import layer_sentences
-from ..readback.layers import configurations, load_layer_reports, load_predictions, median_run
+from ..readback.layers import configurations, median_run
 from ..tables import layers as layer_tables
+from ..tables.explain_rows import explain_sides, variant_sides
 from ..words import fmt
 from . import show
 
@@ -40,9 +45,9 @@ def layer_page(report: Mapping[str, Any], figures_dir: str) -> None:
     display(show.collapsible("How this table was made", f"<ul>{notes}</ul>"))
 
 
-def layers(results_dirs: Iterable[str], figures_dir: str) -> None:
-    """The summary's section, only where a per-layer table was saved (``benchlib layers``, ``layers: true``)."""
-    reports = load_layer_reports(results_dirs)
+def layers(reports: list[dict[str, Any]], figures_dir: str) -> None:
+    """The summary's section, only where a per-layer table was saved (``benchlib layers``, ``layers: true``;
+    ``reports`` as ``readback.layers.load_layer_reports`` reads them)."""
     if not reports:
         return
     show.heading("Layer by layer")
@@ -62,11 +67,11 @@ def _interval(r: Mapping[str, Any]) -> str:
     return f"{fmt.significant(r['predicted'])} [{fmt.significant(r['low'])}, {fmt.significant(r['high'])}]"
 
 
-def predictions(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
-    """The summary's section where the study names machines to predict on (``predict_on``): each configuration's
-    step, throughput and batch-1 latency there with its 90% interval, where each rests most on assumption, and,
-    where the target was measured too, the prediction against that measurement."""
-    predicted = load_predictions(results_dirs)
+def predictions(df: pd.DataFrame, predicted: pd.DataFrame) -> None:
+    """The summary's section where the study names machines to predict on (``predict_on``; ``predicted`` as
+    ``readback.layers.load_predictions`` reads them): each configuration's step, throughput and batch-1 latency
+    there with its 90% interval, where each rests most on assumption, and, where the target was measured too,
+    the prediction against that measurement."""
     if predicted.empty:
         return
     show.heading("Predicted on other machines")
@@ -109,3 +114,32 @@ def predictions(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
                            for v, n in zip(checked["measured_there"], checked["runs_there"])],
         "predicted / measured": [fmt.ratio_text(v) for v in checked["predicted_over_measured"]],
         "inside": ["yes" if v else "no" for v in checked["inside"]]}), text=True))
+
+
+EXPLAIN_NOTE = (
+        "Each part is B (the variant) less A (its baseline), negative where the variant takes less time, with its "
+        "95% interval (runs resampled, then steps); the parts are timed layer by layer (on a CPU by the host clock "
+        "in hooks, on a GPU by the profiler's device timeline) and checked against the plain steps' difference, "
+        "never forced to it. A difference the verdict does not claim is not split, and a part whose interval "
+        "holds 0 is named no cause.")
+
+
+def variant_explanations(rows: pd.DataFrame, table: pd.DataFrame, figures_dir: str | None) -> None:
+    """Each variant comparison of ``table`` (``variant_speedups``) explained where either side has per-layer
+    tables (``layers: true``), with the rows that lack one named; nothing where no side has any."""
+    shown = False
+    family = table_family(table)  # the variant table's: an explanation stands under its verdicts
+    for label, base, variant in variant_sides(rows, table):
+        x = explain_sides(label, base, variant, family=family)
+        found = [e for e in (x.training, x.inference) if e is not None]
+        if not found and len(x.missing) == len(base) + len(variant):
+            continue
+        if not shown:
+            show.heading("Why each variant differs, layer by layer")
+            display(Markdown(EXPLAIN_NOTE))
+            shown = True
+        lines = [*x.missing, *(line for e in found for line in explanation_lines(e))]
+        display(Markdown(f"**{label}**\n\n" + "\n".join(f"- {line}" for line in lines)))
+        for e in found:
+            if figures_dir:
+                show.figure(explained_parts(e, label, figures_dir, f"explain_{e.metric}_{label}"))

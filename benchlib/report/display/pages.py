@@ -190,8 +190,9 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
                                     low=r.get(f"latency_ms_p{q}_ci_low"), high=r.get(f"latency_ms_p{q}_ci_high"))
                 for q in (50, 99)),
             "inference": _per_s(r.get("infer_samples_per_s")),
-            "peak memory": fmt.bytes_text(r.get("peak_cuda_allocated_bytes") if str(r.get("hardware", "")).startswith(
-                "cuda") else r.get("peak_rss_bytes")),
+            "peak memory, whole process (CUDA allocated on a GPU, RSS elsewhere)": fmt.bytes_text(
+                r.get("peak_cuda_allocated_bytes") if str(r.get("hardware", "")).startswith("cuda")
+                else r.get("peak_rss_bytes")),
             "interfered": _interference(r),
         })
         table.append(line)
@@ -200,8 +201,10 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
                      "further); a latency percentile with its 95% interval over the run's passes, or, without the "
                      "samples or the narrow interval it needs, "
                      f"{fmt.MISSING} with why; inference: samples per "
-                     "second at the working batch. Every column of these rows is in `results.csv` "
-                     "([columns explained](../docs/columns.md)); the summary compares them with intervals."))
+                     "second at the working batch; peak memory: the whole process's peak (the summary's is the "
+                     "peak above the pre-model baseline, what the model and its training took). Every column of "
+                     "these rows is in `results.csv` ([columns explained](../docs/columns.md)); the summary compares "
+                     "them with intervals."))
     return _table(pd.DataFrame(table), "no configuration ran")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,10 +139,25 @@ def settings_line(rows: pd.DataFrame) -> str:
     return f"<p>Settings: {html.escape('; '.join(parts))}.</p>"
 
 
-HEADLINE = (("train_samples_per_s", "training", lambda v: f"{fmt.significant(v)} samples/s"),
-            ("test_accuracy", "test accuracy", fmt.percent_text),
-            ("latency_ms_p50", "latency, batch 1 (median)", fmt.ms_text),
-            ("peak_memory", "peak memory above baseline", fmt.bytes_text))
+def _said(text: str, why: str) -> str:
+    """A figure's text, or the en dash with why it is missing (a page never shows a bare dash)."""
+    return f"{fmt.MISSING} ({why})" if text == fmt.MISSING else text
+
+
+def _per_s(value: object) -> str:
+    text = fmt.significant(value)
+    return text if text == fmt.MISSING else f"{text} samples/s"
+
+
+def _latency(r: pd.Series) -> str:
+    return _said(fmt.percentile_text(r.get("latency_ms_p50"), r.get("latency_ms_p50_status")), "not measured")
+
+
+HEADLINE: tuple[tuple[str, Callable[[pd.Series], str]], ...] = (
+    ("training", lambda r: _said(_per_s(r.get("train_samples_per_s")), "not trained: an evaluation-only variant")),
+    ("test accuracy", lambda r: _said(fmt.percent_text(r.get("test_accuracy")), "not evaluated")),
+    ("latency, batch 1 (median)", _latency),
+    ("peak memory above baseline", lambda r: _said(fmt.bytes_text(r.get("peak_memory")), "not read")))
 
 
 def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -167,11 +182,11 @@ def headline_table(rows: pd.DataFrame) -> str:
     ids = [c for c in ("machine", "hardware", "model", "batch_size", "variant") if c in best
            and (c in ("hardware", "model", "batch_size") or best[c].nunique() > 1)]
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in ids)
-    head += "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in HEADLINE) + "<th>how sure</th>"
+    head += "".join(f"<th>{html.escape(label)}</th>" for label, _ in HEADLINE) + "<th>how sure</th>"
     body = []
     for i, r in best.iterrows():
         cells = "".join(f"<td>{html.escape(fmt.value_text(r.get(c)))}</td>" for c in ids)
-        cells += "".join(f'<td class="num">{html.escape(show(r.get(c)))}</td>' for c, _, show in HEADLINE)
+        cells += "".join(f'<td class="num">{html.escape(show(r))}</td>' for _, show in HEADLINE)
         cells += f"<td>{html.escape(flags(best.loc[[i]]) or 'no flag')}</td>"
         body.append(f"<tr>{cells}</tr>")
     return (f'<table class="headline"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'

@@ -7,15 +7,15 @@ the findings' last line says what the study did not run.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
 from IPython.display import Markdown, display
 
 from ...instruments.samples import NOISY_IQR_OVER_MEDIAN
-from ...store.layout import ResultsLayout
-from ...store.noise_floor import load_noise_floors
+from ...roofline.measured import Ceilings
+from ...store.noise_floor import NoiseFloor
 from ...store.rows import key_of
 from ..evidence import rules as report_rules
 from ..evidence import selection
@@ -25,16 +25,12 @@ from ..figures import roofline as roofline_figures
 from ..figures.telemetry import telemetry_timeline
 from ..findings import caveats, key
 from ..findings.key import INTERVAL_NOTE
-from ..readback.layers import load_layer_reports
-from ..readback.manifests import manifest_table
-from ..readback.profiles import load_profiles
-from ..readback.roofs import page_ceilings
 from ..tables import comparisons, headline, summaries
 from ..words import fmt
 from . import show
-from .explain import variant_explanations
 from .layers import layers as layers  # the notebook's "Layer by layer" section, beside the others
 from .layers import predictions as predictions  # and its "Predicted on other machines"
+from .layers import variant_explanations
 
 IDENTITY = ("machine", "hardware", "model", "batch_size", "variant")
 UTILIZATION_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "cpu_util_pct_mean", "cpu_util_pct_p95",
@@ -78,10 +74,10 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
     return Markdown(text)
 
 
-def key_findings(df: pd.DataFrame, results_dirs: Iterable[str]) -> Markdown:
+def key_findings(df: pd.DataFrame, found_profiles: list[dict[str, Any]],
+                 layer_reports: list[dict[str, Any]]) -> Markdown:
     """Warnings, then what the data says per question the study asked, then what it did not run."""
-    dirs = list(results_dirs)
-    return Markdown(key.as_markdown(key.key_findings(df, load_profiles(dirs), layers=load_layer_reports(dirs))))
+    return Markdown(key.as_markdown(key.key_findings(df, found_profiles, layers=layer_reports)))
 
 
 def results(df: pd.DataFrame) -> None:
@@ -103,24 +99,23 @@ def results(df: pd.DataFrame) -> None:
                          "results.csv)", full)
 
 
-def how_it_was_run(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
-    """The study's settings as a table, then repeats, warmup and every run that did not count."""
+def how_it_was_run(df: pd.DataFrame, superseded: int, interleave: dict[str, bool],
+                   rounds: dict[str, dict[str, Any]], floors: list[NoiseFloor]) -> None:
+    """The study's settings as a table, then repeats, warmup and every run that did not count (``superseded``:
+    rows set aside; ``interleave`` and ``rounds`` as the folders' rules recorded them)."""
     if df.empty:
         return
-    dirs = list(results_dirs)
     show.heading("How it was run")
     display(show.table(headline.settings_table(df), text=True))
     show.collapsed_table("Every other setting", headline.settings_table(df, main=False), text=True)
-    rules = report_rules.run_rules(df, report_rules.superseded_rows(dirs))
-    display(Markdown(report_rules.as_markdown(rules, report_rules.read_interleave(dirs),
-                                              report_rules.read_rounds(dirs))))
-    noise_floor(df, dirs)
+    rules = report_rules.run_rules(df, superseded)
+    display(Markdown(report_rules.as_markdown(rules, interleave, rounds)))
+    noise_floor(df, floors)
 
 
-def noise_floor(df: pd.DataFrame, results_dirs: Iterable[str]) -> None:
+def noise_floor(df: pd.DataFrame, floors: list[NoiseFloor]) -> None:
     """The machines' run-to-run noise floor (``benchlib calibrate``): the difference between single runs it does
     not let a comparison claim, and per metric its table."""
-    floors = load_noise_floors(results_dirs)
     machines = df["machine"].dropna().astype(str).unique() if "machine" in df else []
     show.heading("Run-to-run noise floor", 3)
     display(Markdown(" ".join(noise_floor_sentences(floors, machines))))
@@ -195,9 +190,9 @@ def repeats(df: pd.DataFrame) -> None:
     show.collapsed_table("Every statistic over the seeds (IQR, min, max)", agg)
 
 
-def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -> None:
-    """Each device's roofline with its workloads, models across devices, the batch effect, and the roof check."""
-    ceilings = page_ceilings(results_dirs)  # the roofs load() placed every row under
+def rooflines(df: pd.DataFrame, ceilings: list[Ceilings], figures_dir: str) -> None:
+    """Each device's roofline with its workloads, models across devices, the batch effect, and the roof check
+    (``ceilings``: the roofs ``load`` placed every row under, ``readback.roofs.page_ceilings``)."""
     if not ceilings or selection.ok_rows(df).empty:
         return
     show.heading("Rooflines")
@@ -228,9 +223,8 @@ def rooflines(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str) -
          "noisy": ", ".join(c.noisy) or None} for c in ceilings]))
 
 
-def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
+def profiles(found_profiles: list[dict[str, Any]], figures_dir: str) -> None:
     """Step-time breakdown of every profiled pair and each pair's top operators, only where there are profiles."""
-    found_profiles = load_profiles(results_dirs)
     if not found_profiles:
         return
     show.heading("Where the time goes")
@@ -245,23 +239,17 @@ def profiles(results_dirs: Iterable[str], figures_dir: str) -> None:
         display(show.collapsible("How the profiler's times were attributed", f"<ul>{''.join(notes)}</ul>"))
 
 
-def telemetry_timelines(good: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int) -> int:
-    """Up to ``max_timelines`` telemetry time series of successful rows drawn side by side; how many were."""
-    figures: list[Any] = []
-    for d in results_dirs:
-        mine = good[good["results_dir"] == str(d)] if "results_dir" in good else good.iloc[0:0]
-        for _, row in mine.iterrows():
-            path = ResultsLayout.of(d).telemetry_path(str(row["machine"]), str(row["run_id"]))
-            if len(figures) >= max_timelines or not path.exists():
-                continue
-            figures.append(telemetry_timeline(
-                pd.read_csv(path), f"{row['model']} on {row['machine']}:{row['hardware']}, bs{row['batch_size']}, "
-                f"{row['variant']}", figures_dir, f"telemetry__{key_of(row)}"))
-    return show.figures(figures)
+def telemetry_timelines(series: list[tuple[pd.Series, pd.DataFrame]], figures_dir: str) -> int:
+    """Telemetry time series (each row with its samples) drawn side by side; how many were."""
+    return show.figures([telemetry_timeline(
+        frame, f"{row['model']} on {row['machine']}:{row['hardware']}, bs{row['batch_size']}, {row['variant']}",
+        figures_dir, f"telemetry__{key_of(row)}") for row, frame in series])
 
 
-def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, max_timelines: int = 8) -> None:
-    """Utilization and energy while training (sampled in the background), and timelines over time."""
+def telemetry(df: pd.DataFrame, series: Callable[[pd.DataFrame], list[tuple[pd.Series, pd.DataFrame]]],
+              figures_dir: str) -> None:
+    """Utilization and energy while training (sampled in the background), and timelines over time (``series``:
+    the successful rows' telemetry samples, as ``Results.telemetry_series`` reads them)."""
     good = selection.ok_rows(df)
     if good.empty:
         return
@@ -287,7 +275,7 @@ def telemetry(df: pd.DataFrame, results_dirs: Iterable[str], figures_dir: str, m
     elif "train_energy_unmeasurable" in good:
         reasons = sorted({str(r) for r in good["train_energy_unmeasurable"].dropna()})
         display(Markdown("Energy was not measured: " + ("; ".join(reasons) or "no energy source") + "."))
-    if not telemetry_timelines(good, results_dirs, figures_dir, max_timelines):
+    if not telemetry_timelines(series(good), figures_dir):
         display(Markdown("*No telemetry time series in these results.*"))
 
 
@@ -323,9 +311,9 @@ def complexity(df: pd.DataFrame) -> None:
     show.collapsed_table("Every counted figure (bytes moved, activations, uncounted operators)", table)
 
 
-def manifests(results_dirs: Iterable[str]) -> None:
-    """The environment each row was measured in, behind a click."""
-    table = _drop_empty(manifest_table(results_dirs))
+def manifests(table: pd.DataFrame) -> None:
+    """The environment each row was measured in (``readback.manifests.manifest_table``), behind a click."""
+    table = _drop_empty(table)
     if not table.empty:
         show.heading("Environment")
         show.collapsed_table(f"{len(table)} environment manifest(s): versions, CPU, threads, commit", table)
