@@ -237,7 +237,9 @@ def test_a_study_keeps_its_targets_and_its_predictions_and_the_summary_shows_the
     seen: list = []
     monkeypatch.setattr(shown, "display", seen.append)
     monkeypatch.setattr(shown.show, "display", seen.append)
-    shown.predictions(read_results([folder]), [str(folder)])
+    from benchlib.report.readback.layers import load_predictions
+
+    shown.predictions(read_results([folder]), load_predictions([folder]))
     text = "\n".join(str(getattr(x, "data", "")) for x in seen)
     assert "## Predicted on other machines" in text and "Method: each part keeps" in text
     assert "faster:cpu" in text and "predicted there [90%]" in text and "rests most on assumption" in text

@@ -37,7 +37,7 @@ def test_every_section_is_a_method_and_each_kind_of_file_is_read_once(folder, tm
         monkeypatch.setattr(module, "display", shown.append)
     r = benchlib.Results.load([folder], tmp_path / "figures")
     assert len(r.rows) == 1 and r.rows["status"].iloc[0] == "ok"
-    assert "squeezenet1_1" in r.heading("t").data and "squeezenet1_1" in r.key_findings().data
+    assert "1 measured" in r.heading("t").data and "squeezenet1_1" in r.key_findings().data
     for section in ("results", "how_it_was_run", "metric_figures", "speedups", "variants", "device_scaling",
                     "repeats", "rooflines", "layers", "predictions", "profile_breakdowns", "telemetry", "failures",
                     "complexity", "environment"):

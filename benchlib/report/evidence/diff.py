@@ -251,7 +251,7 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
         "B vs A": [_interval(r) for r in table.to_dict("records")], "p": table["p_value"].map(_p),
         "verdict": table["verdict"], "can tell": table.get("mdc", pd.Series(math.nan, index=table.index)).map(_mdc),
         "runs": [f"{a}/{b}" for a, b in zip(table["runs_a"], table["runs_b"])],
-        "level": table["level"].fillna(""),
+        "level": table["level"].astype(object).fillna(""),
         "flags": [_flags(r) for r in table.to_dict("records")],
     })
 
