@@ -979,7 +979,7 @@ def cli_gpu_amp(s: Session) -> None:
     done = run_command(cmd, s.left())
     finding = _run_finding(done)
     loss = finding.get("final_loss")
-    s.log(finding="gpu-amp row", command=" ".join(cmd[1:]), **finding,
+    s.log(finding="gpu-amp row", command=" ".join(cmd[1:]), cuda=s.cuda, **finding,
           loss_finite=math.isfinite(loss) if isinstance(loss, float) else None)
 
 
@@ -1243,8 +1243,10 @@ RULES: dict[str, tuple[str, Callable[[dict[str, Any]], bool | None]]] = {
     "each side as it runs by itself": (
         "benchlib's step at least 0.97 of the bare timm-style loop's speed (bare / benchlib >= 0.97)",
         lambda f: float(f["bare_over_benchlib"]) >= 0.97 if f.get("bare_over_benchlib") is not None else None),
-    "gpu-amp row": ("the gpu-amp variant runs through the CLI to a finite loss",
-                    lambda f: f.get("loss_finite") if f.get("rc") == 0 else False),
+    "gpu-amp row": ("on a GPU the gpu-amp variant runs through the CLI to a finite loss (a CPU refuses it in "
+                    "one line)",
+                    lambda f: (f.get("rc") == 0 and bool(f.get("loss_finite"))) if f.get("cuda")
+                    else (f.get("rc") == 2 and f.get("stderr_lines") == 1)),
     "preflight refusal": ("a batch too large for the free memory is refused in one line naming a batch that fits",
                           lambda f: f.get("rc") == 2 and bool(f.get("refusal")) and f.get("stderr_lines") == 1),
     "run at the allowed batch": ("the batch the refusal named runs", lambda f: f.get("rc") == 0),

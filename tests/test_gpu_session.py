@@ -305,3 +305,10 @@ def test_one_configuration_runs_without_what_the_gpu_image_lacks(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(BENCHMARKS.parent)))
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["status"] == "ok"
+
+
+def test_the_gpu_amp_row_is_judged_by_where_it_ran(session):
+    on_gpu = {"finding": "gpu-amp row", "cuda": True, "rc": 0, "loss_finite": True}
+    assert session.verdict(on_gpu)["passed"] is True
+    assert session.verdict({**on_gpu, "rc": 2, "stderr_lines": 1})["passed"] is False, "a GPU must run it"
+    assert session.verdict({**on_gpu, "cuda": False, "rc": 2, "stderr_lines": 1})["passed"] is True
