@@ -9,7 +9,9 @@ target is this machine limited:
 
 - ``avx2``: oneDNN and MKL held to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``);
 - ``1thread``: one intra-op thread instead of all;
-- ``both``: the two limits together.
+- ``both``: the two limits together;
+- ``bf16``: the fp32 source's step and forward under bf16 autocast (where the CPU has bf16 kernels; its roofs and
+  the shapes timed in bf16; not in the default list: ``--targets avx2 1thread both bf16``).
 
 For each target it measures the target's ceilings and times the source's layer shapes in that process
 environment (`benchlib roofline --threads --shapes-of`, nothing trained), predicts every model from the source
@@ -47,17 +49,20 @@ def benchlib(*args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def targets(cpus: int) -> dict[str, tuple[dict[str, str], int]]:
-    """Each target's process environment and thread count."""
-    return {"avx2": (AVX2, cpus), "1thread": ({}, 1), "both": (AVX2, 1)}
+def targets(cpus: int) -> dict[str, tuple[dict[str, str], int, str | None]]:
+    """Each target's process environment, thread count and precision (None: the source's, fp32)."""
+    return {"avx2": (AVX2, cpus, None), "1thread": ({}, 1, None), "both": (AVX2, 1, None), "bf16": ({}, cpus, "bf16")}
 
 
-def layers(folder: Path, model: str, threads: int, seed: int, args: argparse.Namespace, env: dict[str, str]) -> dict:
-    """One `benchlib layers` run; its per-layer file's plain step and batch-1 forward."""
+def layers(folder: Path, model: str, threads: int, seed: int, args: argparse.Namespace, env: dict[str, str],
+           dtype: str | None = None) -> dict:
+    """One `benchlib layers` run (``dtype``: under that autocast); its per-layer file's plain step and batch-1
+    forward."""
+    precision = ["--set", f"precision=amp_{dtype}"] if dtype else []
     out = json.loads(benchlib("layers", "-q", "--model", model, "--data", "synthetic", "--batch-size",
                               str(args.batch_size), "--image-size", str(args.image_size), "--threads", str(threads),
                               "--seed", str(seed), "--steps", str(args.steps), "--block", str(args.block),
-                              "--results-dir", str(folder), "--json", env=env))
+                              "--results-dir", str(folder), *precision, "--json", env=env))
     return {"step_s": float(out["step_s"]), "forward_s": float((out.get("inference") or {}).get("step_s") or "nan")}
 
 
@@ -94,23 +99,26 @@ def main() -> int:
     kept = work / "measured.json"  # each target's measurements, kept as they come: --repredict reuses them
     measured: dict[str, dict[str, list[dict[str, float]]]] = json.loads(kept.read_text()) if kept.is_file() else {}
     for name in args.targets:
-        env, threads = targets(cpus)[name]
+        env, threads, dtype = targets(cpus)[name]
         folder = work / name
         if not args.repredict:
             t_target = time.perf_counter()
             benchlib("roofline", "-q", "--threads", str(threads), "--results-dir", str(folder), "--shapes-of",
-                     str(source), env=env)
+                     str(source), *(["--shapes-dtype", dtype] if dtype else []), env=env)
             print(f"{name}: ceilings and shapes measured in {time.perf_counter() - t_target:.0f} s", flush=True)
             for model in args.models:
-                measured.setdefault(name, {})[model] = [layers(folder, model, threads, 100 + r, args, env)
+                measured.setdefault(name, {})[model] = [layers(folder, model, threads, 100 + r, args, env, dtype)
                                                         for r in range(args.runs)]
                 kept.write_text(json.dumps(measured, indent=1))
                 print(f"{name} {model}: {args.runs} run(s) measured", flush=True)
     found: list[dict[str, Any]] = []
     for name in args.targets:
         (ceilings,) = sorted((work / name / "ceilings").glob("*.json"))
-        by = {"shapes": json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json"))["rows"],
-              "roofs": json.loads(benchlib("predict", str(source), "--on", str(ceilings), "--json",
+        dtype = targets(cpus)[name][2]
+        precision = ["--dtype", dtype] if dtype else []
+        by = {"shapes": json.loads(benchlib("predict", str(source), "--on", str(ceilings), *precision,
+                                            "--json"))["rows"],
+              "roofs": json.loads(benchlib("predict", str(source), "--on", str(ceilings), *precision, "--json",
                                            "--no-shapes"))["rows"]}
         for model in args.models:
             for method, predicted in by.items():

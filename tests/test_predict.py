@@ -187,7 +187,7 @@ def test_each_prediction_meets_the_targets_own_measurement_where_it_has_one():
 
     from benchlib.report.tables.layers import against_measured
 
-    base = {"target": "laptop:cpu", "model": "resnet18", "batch_size": 8, "variant": "baseline"}
+    base = {"machine": "here", "target": "laptop:cpu", "model": "resnet18", "batch_size": 8, "variant": "baseline"}
     predicted = pd.DataFrame([
         {**base, "figure": "train_step_s", "predicted": 0.20, "low": 0.15, "high": 0.26, "unit": "s"},
         {**base, "figure": "train_samples_per_s", "predicted": 40.0, "low": 30.8, "high": 53.3, "unit": "samples/s"},
@@ -206,6 +206,8 @@ def test_each_prediction_meets_the_targets_own_measurement_where_it_has_one():
     assert out.loc["train_samples_per_s", "measured_there"] == pytest.approx(32.0)
     assert out.loc["train_step_s", "predicted_over_measured"] == pytest.approx(0.8)
     assert against_measured(predicted, rows[rows["machine"] == "here"]).empty
+    itself = predicted.assign(target="here:cpu")
+    assert against_measured(itself, rows).empty, "a target of the source's own name is not matched to its rows"
 
 
 @pytest.mark.slow
@@ -225,13 +227,15 @@ def test_a_study_keeps_its_targets_and_its_predictions_and_the_summary_shows_the
     layout = ResultsLayout.of(folder)
     said: list[str] = []
     assert save_predictions(folder, said.append) is None and not layout.predictions_csv.exists()
-    keep_targets(folder, [read_ceilings(study / "faster.json")])
-    assert [p.name for p in layout.target_files()] == ["faster__cpu.json"]
+    from benchlib.roofline.datasheet import datasheet_ceilings
+
+    keep_targets(folder, [read_ceilings(study / "faster.json"), datasheet_ceilings("NVIDIA L4")])
+    assert [p.name for p in layout.target_files()] == ["datasheet-NVIDIA-L4__cuda.json", "faster__cpu.json"]
     table = save_predictions(folder, said.append)
-    assert set(table["figure"]) == {"train_step_s", "train_samples_per_s", "latency_ms_p50"}
+    assert set(table["figure"]) == {"train_step_s", "train_samples_per_s", "latency_ms_p50"} and len(table) == 6
     assert said[-1] == "predictions on faster:cpu: 3 figure(s)"
     stamp = layout.predictions_csv.stat().st_mtime_ns
-    keep_targets(folder, [read_ceilings(study / "faster.json")])
+    keep_targets(folder, [read_ceilings(study / "faster.json"), datasheet_ceilings("NVIDIA L4")])
     save_predictions(folder, said.append)
     assert layout.predictions_csv.stat().st_mtime_ns == stamp, "unchanged predictions are not rewritten"
     seen: list = []
@@ -277,6 +281,8 @@ def test_a_shape_is_timed_forward_and_backward_and_kept_beside_the_ceilings(tmp_
               "inference": {"shapes": {"a": "linear in=1x16 out=8 bias=1"}}}
     keys = wanted([report, report])
     assert keys == ["fp32 linear in=4x16 out=8 bias=1", "fp32 linear in=1x16 out=8 bias=1"]
+    assert wanted([report], also=["bf16"])[:2] == ["fp32 linear in=4x16 out=8 bias=1",
+                                                   "bf16 linear in=4x16 out=8 bias=1"]
     timed, left = time_shapes(keys, torch.device("cpu"))
     assert left == [] and all(t["forward_s"] > 0 and t["backward_s"] > 0 for t in timed.values())
     assert time_shapes(keys, torch.device("cpu"), budget_s=-1)[1] == keys, "a spent budget leaves them untimed"
@@ -335,3 +341,24 @@ def test_the_target_times_the_studys_shapes_and_predict_gives_those_layers_their
                          (["--shapes-of", str(tmp_path / "none"), "--results-dir", str(target)], "no such results")):
         assert main(["roofline", *args]) == 2
         assert needle in capsys.readouterr().err
+
+
+def test_a_step_is_predicted_in_another_precision_on_the_targets_roofs_of_it():
+    """An fp32 step run under bf16 there: each part meets the target's bf16 roof (and a shape timed in bf16),
+    the notes say what is carried as fp32; a target without a bf16 roof is refused naming it."""
+    from benchlib.roofline.predict import Shapes
+
+    fast = _ceilings()
+    fast.peak_flops_per_s["bf16"] = 200e9
+    for per_dtype in fast.kind_flops_per_s.values():
+        per_dtype["bf16"] = per_dtype["fp32"] * 2
+    for home in fast.kind_bandwidth_bytes_per_s.values():
+        home["bf16"] = home["fp32"]
+    p = predict(ROWS, 0.05, dtype="fp32", source=_ceilings(), target=fast, target_dtype="bf16")
+    assert dict(zip(p.parts["layer"], p.parts["scale"]))["conv"] == pytest.approx(0.5) and p.dtype == "bf16"
+    assert any("run in bf16" in n for n in p.notes)
+    timed = Shapes({"conv": "sig"}, {"bf16 sig": {"forward_s": 0.004, "backward_s": 0.01}},
+                   {"fp32 sig": {"forward_s": 0.010, "backward_s": 0.01}})
+    assert timed.scale("conv", "forward", "fp32", 0.02, "bf16") == pytest.approx(0.4)
+    with pytest.raises(PredictError, match="bf16 peak"):
+        predict(ROWS, 0.05, dtype="fp32", source=_ceilings(), target=_ceilings(), target_dtype="bf16")

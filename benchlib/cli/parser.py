@@ -20,6 +20,9 @@ with one line saying what is allowed.
 """
 
 
+PREDICT_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+
+
 def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """A command's function, imported when the command runs: ``benchlib --help``, ``--version`` and a refused
     option answer in a fraction of a second, without importing torch."""
@@ -247,6 +250,9 @@ def _configuration_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shapes-of", metavar="RESULTS", help="also time the distinct convolution and matmul shapes of "
                    "RESULTS' per-layer tables here, forward and backward, within 2 minutes (needs --results-dir): "
                    "`benchlib predict` then carries those layers by their own shapes")
+    p.add_argument("--shapes-dtype", action="append", choices=PREDICT_DTYPES, metavar="DTYPE",
+                   help=f"with --shapes-of: also time the shapes in DTYPE ({', '.join(PREDICT_DTYPES)}), for "
+                        "`benchlib predict --dtype`")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_command("single", "cmd_roofline"))
 
@@ -259,6 +265,8 @@ def _configuration_commands(sub: argparse._SubParsersAction) -> None:
                    "measured)")
     p.add_argument("--no-shapes", action="store_true", help="carry every layer by its kind's roof, even where the "
                    "target timed its shapes")
+    p.add_argument("--dtype", choices=PREDICT_DTYPES, help="each configuration as it would run there in this "
+                   "precision (bf16: an fp32 study's step under bf16 autocast), on the target's roofs of it")
     p.add_argument("--device", help="the target's device type, checked against its ceilings (cpu, cuda, mps)")
     p.add_argument("--parts", action="store_true", help="also print each configuration's parts, largest first")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -126,7 +126,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from ..report.words import fmt
     from ..roofline.predict import METHOD
 
-    table = predict(Path(args.results), args.on, device=args.device, shapes=not args.no_shapes)
+    table = predict(Path(args.results), args.on, device=args.device, shapes=not args.no_shapes, dtype=args.dtype)
     if args.json:
         print(json_text({"method": METHOD, "rows": table.to_dict("records"),
                          "parts": {k: v.to_dict("records") for k, v in table.attrs["parts"].items()}}))

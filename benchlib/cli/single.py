@@ -276,7 +276,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     device = _device_argument(args.device)
     if args.repeats < 3:
         raise ConfigError(f"command line: --repeats {args.repeats}; allowed: integers >= 3")
-    keys = _shape_keys(args.shapes_of, args.results_dir) if args.shapes_of else []
+    keys = _shape_keys(args.shapes_of, args.results_dir, args.shapes_dtype or ()) if args.shapes_of else []
     if args.threads is not None:
         if not 1 <= args.threads <= 1024:
             raise ConfigError(f"command line: --threads {args.threads}; allowed: integers from 1")
@@ -312,7 +312,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shape_keys(results: str, results_dir: str | None) -> list[str]:
+def _shape_keys(results: str, results_dir: str | None, also: Sequence[str] = ()) -> list[str]:
     """The shapes ``--shapes-of RESULTS`` asks for, checked before any measuring: one line where none can be had."""
     from ..report.readback.layers import load_layer_reports
     from ..roofline.shapes import wanted
@@ -323,7 +323,7 @@ def _shape_keys(results: str, results_dir: str | None) -> list[str]:
     if not Path(results).is_dir():
         raise ConfigError(f"--shapes-of {results}: no such results folder; allowed: a folder with per-layer tables "
                           "(layers: true, or benchlib layers)")
-    keys = wanted(load_layer_reports([results]))
+    keys = wanted(load_layer_reports([results]), also)
     if not keys:
         raise ConfigError(f"--shapes-of {results}: its per-layer tables hold no layer shapes (measured before benchlib "
                           "kept them, or none at all); measure them with `benchlib layers --results-dir ...` or "

@@ -30,8 +30,8 @@ from ..store.layout import ResultsLayout
 from ..store.machine_cache import machine_cache
 from ..store.noise_floor import NoiseFloor, load_noise_floors
 
-COLUMNS = ("machine", "target", "model", "hardware", "batch_size", "variant", "figure", "measured", "predicted",
-           "low", "high", "unit", "runs", "method", "weakest", "notes")
+COLUMNS = ("machine", "target", "model", "hardware", "batch_size", "variant", "dtype", "figure", "measured",
+           "predicted", "low", "high", "unit", "runs", "method", "weakest", "notes")
 MEASURE_TARGET = "ceilings: run `benchlib roofline --results-dir DIR` on the target and copy DIR/ceilings/*.json here"
 
 
@@ -108,14 +108,16 @@ def _shapes_of(path: Path | None) -> dict[str, dict[str, float]]:
 
 
 def predict(results: str | Path, on: str | Path | Ceilings, device: str | None = None, *,
-            skip: bool = False, shapes: bool = True) -> pd.DataFrame:
+            skip: bool = False, shapes: bool = True, dtype: str | None = None) -> pd.DataFrame:
     """Every configuration of ``results`` with per-layer files, predicted on ``on``: one row per configuration
     and figure (training step, training throughput, batch-1 latency), ``COLUMNS``; the parts under
     ``.attrs["parts"]`` ({label: DataFrame}). ``device``: the target's device type where the caller names it
     (refused where its ceilings say another). ConfigError naming what is missing and the command that makes it;
     with ``skip`` a configuration the target cannot take (a roof it lacks) is left out and said under
     ``.attrs["skipped"]`` ({label: why}), so a study's other predictions still land. ``shapes``: carry the layers
-    the target timed alone (``benchlib roofline --shapes-of``, kept beside its ceilings file) by those times."""
+    the target timed alone (``benchlib roofline --shapes-of``, kept beside its ceilings file) by those times.
+    ``dtype``: each configuration as it would run there in another precision (``bf16``: an fp32 study's step
+    under bf16 autocast), its layers meeting the target's roofs (and shapes) of that dtype."""
     folder = Path(results)
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such results folder; allowed: a folder benchlib wrote, e.g. results/default")
@@ -131,12 +133,14 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
     parts: dict[str, pd.DataFrame] = {}
     skipped: dict[str, str] = {}
     found, floors = load_ceilings([folder]), load_noise_floors([folder])  # read once for every configuration
+    dtype_there = dtype
     there = _shapes_of(Path(target.path) if target.path else None) if shapes else {}
     here: dict[str | None, dict[str, dict[str, float]]] = {}  # each source's own shapes, read once
     for runs in configurations(reports):
         report = dict(median_run(runs))
         source = _source(folder, report, found)
         dtype = str(report.get("roof_dtype") or "fp32")
+        target_dtype = dtype_there or dtype
         batch = int(report.get("batch_size") or 1)
         label = f"{report.get('model')} {report.get('hardware')} bs{batch} {report.get('variant')}"
         for key, what in (("training", "training step"), ("inference", "batch-1 forward")):
@@ -153,6 +157,7 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
             timed = Shapes(named or {}, there, here[source.path]) if there else None
             try:
                 p = predict_parts(table, whole, dtype=dtype, source=source, target=target, what=what,
+                                  target_dtype=target_dtype,
                                   run_log_sd=_run_log_sd(runs, floors, key), shapes=timed)
             except PredictError as exc:
                 if skip:
@@ -207,6 +212,7 @@ def save_predictions(folder: Path, progress: ProgressFn) -> pd.DataFrame | None:
         for label, why in table.attrs["skipped"].items():
             progress(f"predictions on {target.machine}:{target.device}: {label} not predicted ({why})")
         progress(f"predictions on {target.machine}:{target.device}: {len(table)} figure(s)")
+        table.attrs.clear()  # its parts stay with it; a concat would compare them between targets
         tables.append(table)
     if not layout.target_files():
         return None
@@ -219,7 +225,7 @@ def _figures(p: Prediction, report: dict[str, Any], target: Ceilings, batch: int
     """A prediction's rows: a step as seconds and as throughput (samples/s), a forward as batch-1 latency (ms)."""
     base = {"machine": report.get("machine"), "target": f"{target.machine}:{target.device}",
             "model": report.get("model"), "hardware": report.get("hardware"), "batch_size": batch,
-            "variant": report.get("variant"), "runs": runs, "method": METHOD, "weakest": p.weakest,
+            "variant": report.get("variant"), "dtype": p.dtype, "runs": runs, "method": METHOD, "weakest": p.weakest,
             "notes": "; ".join(p.notes)}
     w = p.whole
     if p.what == "training step":

@@ -43,6 +43,11 @@ METHOD_MEASURED = True  # METHOD_LOG_SD comes from predict_check.py's table
 # From one device type to another (a CPU study on a GPU): per-call costs, kernel choices and overlap differ
 # most, and no GPU has been lent to check it: a provisional log SD of 0.25 (x0.66-1.5 at 90%), said in the notes.
 ACROSS_DEVICES_LOG_SD = 0.25
+# From one precision to another (an fp32 study's step under bf16 autocast), measured by predict_check.py's bf16
+# target on this CPU: carried by the roofs the errors' log RMS was 0.20 for the training step and 0.50 for
+# batch-1 latency (a bf16 forward at batch 1 pays its casts: squeezenet1_1 3.5x slower than fp32). Layer shapes
+# timed alone in bf16 are not used there: outside autocast they missed by 56%.
+ACROSS_PRECISIONS_LOG_SD: dict[str, float] = {"training step": 0.20, "batch-1 forward": 0.50}
 # A target known only from its datasheet: its peaks are not what it reaches. The one GPU benchlib has measured
 # (an H200, docs/gpu.md) reached 66-76% of its sheet's compute and 89% of its bandwidth; a sheet's roof leans the
 # prediction fast by about that, and how far on another part is unknown: a log SD of 0.25 (x0.66-1.5 at 90%).
@@ -82,6 +87,7 @@ class Prediction:
     log_sd: dict[str, float]  # the interval's spreads: runs, roofs, method, datasheet where so (NaN: unknown)
     weakest: str  # where the prediction rests most on assumption, in words
     notes: list[str] = field(default_factory=list)
+    dtype: str = "fp32"  # the precision it is predicted in on the target
 
 
 def needed_roofs(rows: Sequence[Mapping[str, Any]], dtype: str) -> list[str]:
@@ -135,31 +141,37 @@ class Shapes:
     target: Mapping[str, Mapping[str, float]]  # shape key -> {forward_s, backward_s}
     source: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
-    def scale(self, layer: str, phase: str, dtype: str, measured_s: float) -> float | None:
-        """A layer's time there over its measured time here, from its shape; None where the target did not
-        time it."""
+    def scale(self, layer: str, phase: str, dtype: str, measured_s: float,
+              target_dtype: str | None = None) -> float | None:
+        """A layer's time there (in ``target_dtype``, else the same ``dtype``) over its measured time here, from its
+        shape; None where the target did not time it."""
         text = self.layers.get(layer)
         if not text or phase not in ("forward", "backward") or not measured_s > 0:
             return None
-        key, field_name = f"{dtype} {text}", f"{phase}_s"
-        there = self.target.get(key, {}).get(field_name)
+        field_name = f"{phase}_s"
+        there = self.target.get(f"{target_dtype or dtype} {text}", {}).get(field_name)
         if not there:
             return None
-        here = self.source.get(key, {}).get(field_name)
+        here = self.source.get(f"{dtype} {text}", {}).get(field_name)
         return there / here if here else there / measured_s
 
 
 def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, source: Ceilings, target: Ceilings,
+            target_dtype: str | None = None,
             what: str = "training step", run_log_sd: float = math.nan,
             method_log_sd: float | None = None, shapes: Shapes | None = None) -> Prediction:
     """``rows`` (a per-layer file's table: ``roofline.layers.LAYER_COLUMNS``) and its plain measured ``plain_s``,
     measured against ``source``'s roofs, predicted on ``target``'s. ``run_log_sd``: the source's run-to-run
     spread of the whole (its runs or noise floor; NaN: unknown). ``shapes``: layers the target timed alone, carried
-    by their own times instead of their kind's roof. PredictError where ``target`` lacks a roof a part needs
-    (``missing_roofs``)."""
+    by their own times instead of their kind's roof. ``target_dtype``: the configuration run in another dtype
+    there (bf16 autocast from an fp32 study: each part meets the target's roof of that dtype). PredictError where
+    ``target`` lacks a roof a part needs (``missing_roofs``)."""
     if not rows or not (plain_s > 0):
         raise PredictError("the per-layer table has no parts or no plain step to predict from")
-    if missing := missing_roofs(target, rows, dtype):
+    there_dtype = target_dtype or dtype
+    if there_dtype != dtype:
+        shapes = None  # a shape timed alone in bf16 is not the layer under autocast (ACROSS_PRECISIONS_LOG_SD)
+    if missing := missing_roofs(target, rows, there_dtype):
         raise PredictError(f"the target's ceilings have no {', '.join(missing)} roof")
     parts: list[dict[str, Any]] = []
     noise: dict[str, float] = {}
@@ -171,15 +183,17 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
         flops, moved = _number(r.get("flops")), _number(r.get("bytes"))
         kind, resident = str(r.get("op_kind") or "elementwise"), bool(r.get("cache_resident"))
         scale = 1.0
-        timed = shapes.scale(layer, str(r.get("phase")), dtype, measured) if shapes is not None else None
+        timed = (shapes.scale(layer, str(r.get("phase")), dtype, measured, there_dtype) if shapes is not None
+                 else None)
         if timed is not None:
             scale, home = timed, "shape"
         elif flops > 0 or moved > 0:
             here = roof_time_s(flops, moved, *source.kind_roof(kind, dtype, resident))
-            there = roof_time_s(flops, moved, *target.kind_roof(kind, dtype, resident))
+            there = roof_time_s(flops, moved, *target.kind_roof(kind, there_dtype, resident))
             scale = there / here if here > 0 else 1.0
             home = kind if flops > 0 and kind in COMPUTE_KINDS else ("cache" if resident else "dram")
-            spread = math.hypot(_roof_noise(source, kind, dtype, resident), _roof_noise(target, kind, dtype, resident))
+            spread = math.hypot(_roof_noise(source, kind, dtype, resident),
+                                _roof_noise(target, kind, there_dtype, resident))
             noise[home] = max(noise.get(home, 0.0), spread / IQR_TO_SD)
         else:
             home = "none"
@@ -200,6 +214,8 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
     across = target.device != source.device
     if across:
         spreads["across devices"] = ACROSS_DEVICES_LOG_SD
+    if there_dtype != dtype:
+        spreads["across precisions"] = ACROSS_PRECISIONS_LOG_SD.get(what, max(ACROSS_PRECISIONS_LOG_SD.values()))
     total = math.sqrt(sum(v ** 2 for v in spreads.values() if math.isfinite(v)))
     whole = Predicted(value, value * math.exp(-Z90 * total), value * math.exp(Z90 * total), plain_s)
     unchanged = float(weights.get("none", 0.0))
@@ -209,6 +225,10 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
     if sheet:
         notes.append(f"the target's roofs are its {target.method} (a measured roof is lower: the prediction leans "
                      f"fast, and its interval holds {DATASHEET_LOG_SD:.0%} more in the log for it)")
+    if there_dtype != dtype:
+        notes.append(f"a {dtype} step run in {there_dtype} there: each layer meets the {there_dtype} roof, the casts "
+                     f"autocast adds are not in the {dtype} table; weakest of all (a change of precision missed by "
+                     "13% training and 43% batch-1 on the CPU that checked it), and its interval says so")
     if across:
         notes.append(f"{source.device} to {target.device}: the interval holds {ACROSS_DEVICES_LOG_SD:.0%} more in the "
                      "log for a change of device type, provisional: not yet checked against a measurement")
@@ -216,7 +236,7 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
         notes.append(f"the method's own error in the interval ({method:.0%} in the log) is provisional: not "
                      "yet measured by benchmarks/predict_check.py on a quiet host")
     return Prediction(what, whole, table[list(PART_COLUMNS)].reset_index(drop=True), spreads,
-                      _weakest(unchanged, table, target, source), notes)
+                      _weakest(unchanged, table, target, source), notes, there_dtype)
 
 
 def _weakest(unchanged: float, table: pd.DataFrame, target: Ceilings, source: Ceilings) -> str:

@@ -36,15 +36,18 @@ def shape_key(dtype: str, text: str) -> str:
     return f"{dtype} {text}"
 
 
-def wanted(reports: Iterable[Mapping[str, Any]]) -> list[str]:
+def wanted(reports: Iterable[Mapping[str, Any]], also: Iterable[str] = ()) -> list[str]:
     """The distinct (dtype, signature) keys of per-layer reports: each training step's shapes and each batch-1
-    forward's, in the dtype its roof was read in; in first-seen order."""
+    forward's, in the dtype its roof was read in and in each dtype of ``also`` (a prediction in another
+    precision); in first-seen order."""
     keys: dict[str, None] = {}
+    extra = list(also)
     for r in reports:
-        dtype = str(r.get("roof_dtype") or "fp32")
+        dtypes = dict.fromkeys([str(r.get("roof_dtype") or "fp32"), *extra])
         for shapes in (r.get("shapes") or {}, (r.get("inference") or {}).get("shapes") or {}):
             for text in shapes.values():
-                keys[shape_key(dtype, str(text))] = None
+                for dtype in dtypes:
+                    keys[shape_key(dtype, str(text))] = None
     return list(keys)
 
 

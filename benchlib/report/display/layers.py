@@ -94,9 +94,10 @@ def predictions(df: pd.DataFrame, predicted: pd.DataFrame) -> None:
     weakest = predicted.drop_duplicates(["target", "model", "hardware", "batch_size", "variant"])
     show.collapsed_table("Where each prediction rests most on assumption", weakest[
         ["target", "model", "hardware", "batch_size", "variant", "weakest"]], text=True)
-    notes = [n for n in dict.fromkeys(predicted["notes"].dropna().astype(str)) if n]
-    if notes:
-        display(Markdown("\n".join(f"- {n}" for n in notes)))
+    notes = predicted.dropna(subset=["notes"]).drop_duplicates(["target", "notes"])
+    said = [f"- {r['target']}: {r['notes']}" for r in notes.to_dict("records") if str(r["notes"]).strip()]
+    if said:
+        display(Markdown("\n".join(said)))
     checked = layer_tables.against_measured(predicted, df)
     if checked.empty:
         return

@@ -44,6 +44,8 @@ def against_measured(predicted: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFram
     out = []
     for p in predicted.to_dict("records"):
         machine, _, kind = str(p["target"]).rpartition(":")
+        if machine == str(p.get("machine")):  # a target of the source's own name (its threads limited): its rows
+            continue  # and the source's cannot be told apart
         same = ok[(ok["machine"].astype(str) == machine) & (device == kind) & (ok["model"] == p["model"])
                   & (ok["batch_size"] == p["batch_size"]) & (ok["variant"].astype(str) == str(p["variant"]))]
         values = pd.to_numeric(same.get(MEASURED_AS.get(str(p["figure"]), ""), pd.Series(dtype=float)),
