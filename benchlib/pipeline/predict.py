@@ -133,14 +133,12 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
     parts: dict[str, pd.DataFrame] = {}
     skipped: dict[str, str] = {}
     found, floors = load_ceilings([folder]), load_noise_floors([folder])  # read once for every configuration
-    dtype_there = dtype
     there = _shapes_of(Path(target.path) if target.path else None) if shapes else {}
     here: dict[str | None, dict[str, dict[str, float]]] = {}  # each source's own shapes, read once
     for runs in configurations(reports):
         report = dict(median_run(runs))
         source = _source(folder, report, found)
-        dtype = str(report.get("roof_dtype") or "fp32")
-        target_dtype = dtype_there or dtype
+        source_dtype = str(report.get("roof_dtype") or "fp32")
         batch = int(report.get("batch_size") or 1)
         label = f"{report.get('model')} {report.get('hardware')} bs{batch} {report.get('variant')}"
         for key, what in (("training", "training step"), ("inference", "batch-1 forward")):
@@ -156,8 +154,8 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
                 here[source.path] = _shapes_of(Path(source.path) if source.path else None)
             timed = Shapes(named or {}, there, here[source.path]) if there else None
             try:
-                p = predict_parts(table, whole, dtype=dtype, source=source, target=target, what=what,
-                                  target_dtype=target_dtype,
+                p = predict_parts(table, whole, dtype=source_dtype, source=source, target=target, what=what,
+                                  target_dtype=dtype or source_dtype,
                                   run_log_sd=_run_log_sd(runs, floors, key), shapes=timed)
             except PredictError as exc:
                 if skip:
@@ -175,8 +173,8 @@ def predict(results: str | Path, on: str | Path | Ceilings, device: str | None =
 
 
 def study_targets(names: Sequence[str]) -> list[Ceilings]:
-    """A study's ``predict_on`` targets resolved before anything runs: ConfigError for the first that is neither a
-    ceilings file nor a machine of the machine cache (a typo is refused before hours of measuring, not after)."""
+    """A study's ``predict_on`` targets resolved before anything runs (``target_ceilings``): ConfigError for the
+    first that is no ceilings file, cached machine or datasheet (a typo is refused before hours of measuring)."""
     return [target_ceilings(n) for n in names]
 
 

@@ -151,10 +151,6 @@ def plain_warnings(results_dir: str | Path | None = None) -> None:
     messages.warnings_as_lines(*([Path(results_dir).parent] if results_dir is not None else []))
 
 
-def _per_s(value: Any) -> str:
-    return f"{fmt.significant(value)} samples/s" if fmt._number(value) is not None else fmt.MISSING
-
-
 def _with_spread(median: Any, iqr: Any, show: Callable[[Any], str]) -> str:
     text = show(median)
     return text if fmt._number(iqr) is None or text == fmt.MISSING else f"{text} (IQR {show(iqr)})"
@@ -180,7 +176,7 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
         ok = r.get("status") == "ok"
         line["status"] = str(r.get("status")) if ok else f"{r.get('status')}: {r.get('error') or 'no reason given'}"
         line.update({
-            "training": _per_s(r.get("train_samples_per_s")),
+            "training": fmt.samples_per_s_text(r.get("train_samples_per_s")),
             "step time": _with_spread(r.get("train_step_s_median"), r.get("train_step_s_iqr"), fmt.seconds_text),
             "epoch": fmt.seconds_text(r.get("epoch_s")),
             "test accuracy": fmt.accuracy_text(r.get("test_accuracy"), r.get("test_accuracy_ci_low"),
@@ -189,7 +185,7 @@ def pair_results(rows: Sequence[Mapping[str, Any]]) -> Any:
                 fmt.percentile_text(r.get(f"latency_ms_p{q}"), r.get(f"latency_ms_p{q}_status"),
                                     low=r.get(f"latency_ms_p{q}_ci_low"), high=r.get(f"latency_ms_p{q}_ci_high"))
                 for q in (50, 99)),
-            "inference": _per_s(r.get("infer_samples_per_s")),
+            "inference": fmt.samples_per_s_text(r.get("infer_samples_per_s")),
             "peak memory, whole process (CUDA allocated on a GPU, RSS elsewhere)": fmt.bytes_text(
                 r.get("peak_cuda_allocated_bytes") if str(r.get("hardware", "")).startswith("cuda")
                 else r.get("peak_rss_bytes")),

@@ -144,17 +144,13 @@ def _said(text: str, why: str) -> str:
     return f"{fmt.MISSING} ({why})" if text == fmt.MISSING else text
 
 
-def _per_s(value: object) -> str:
-    text = fmt.significant(value)
-    return text if text == fmt.MISSING else f"{text} samples/s"
-
-
 def _latency(r: pd.Series) -> str:
     return _said(fmt.percentile_text(r.get("latency_ms_p50"), r.get("latency_ms_p50_status")), "not measured")
 
 
 HEADLINE: tuple[tuple[str, Callable[[pd.Series], str]], ...] = (
-    ("training", lambda r: _said(_per_s(r.get("train_samples_per_s")), "not trained: an evaluation-only variant")),
+    ("training", lambda r: _said(fmt.samples_per_s_text(r.get("train_samples_per_s")),
+                                 "not trained: an evaluation-only variant")),
     ("test accuracy", lambda r: _said(fmt.percent_text(r.get("test_accuracy")), "not evaluated")),
     ("latency, batch 1 (median)", _latency),
     ("peak memory above baseline", lambda r: _said(fmt.bytes_text(r.get("peak_memory")), "not read")))

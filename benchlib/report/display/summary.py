@@ -7,7 +7,7 @@ the findings' last line says what the study did not run.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -42,10 +42,6 @@ ENERGY_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "trai
                   "train_energy_method", "train_energy_unmeasurable"]
 VARIANT_COLUMNS = ["machine", "hardware", "model", "batch_size", "variant", "baseline", "train_throughput", "epoch",
                    "latency_bs1", "infer_throughput", "accuracy_delta_pts", "peak_memory_ratio", "model_size_ratio"]
-
-
-def load(results_dirs: Iterable[str]) -> pd.DataFrame:
-    return selection.load(results_dirs)
 
 
 def _drop_empty(df: pd.DataFrame) -> pd.DataFrame:

@@ -99,6 +99,11 @@ def seconds_text(value: Any) -> str:
     return f"{significant(x * 1e6)} \u00b5s"
 
 
+def samples_per_s_text(value: Any) -> str:
+    """A throughput: ``1,300 samples/s``, or the en dash."""
+    return f"{significant(value)} samples/s" if _number(value) is not None else MISSING
+
+
 def ms_text(value_ms: Any) -> str:
     """Milliseconds as they are stored (``*_ms`` columns), read in the unit that fits."""
     x = _number(value_ms)
