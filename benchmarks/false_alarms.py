@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 
 from benchlib.report.evidence.diff import DEFAULT_METRICS
-from benchlib.report.evidence.samples import METRICS, SampleFiles, compare_rows
+from benchlib.report.evidence.samples import METRICS, compare_rows
 from benchlib.report.evidence.selection import column_median
+from benchlib.report.readback.samples import SampleFiles
 from benchlib.report.tables.comparisons import variant_speedups
 from benchlib.store.rows import read_results
 

@@ -292,30 +292,67 @@ def _row_columns() -> tuple[set[str], set[str]]:
     return columns, columns - shared
 
 
+def _parsed(under: Path = PACKAGE) -> list[tuple[str, ast.AST]]:
+    """Every module under ``under``, by its path in the package, parsed."""
+    return [(str(p.relative_to(PACKAGE)), ast.parse(p.read_text(encoding="utf-8")))
+            for p in sorted(under.rglob("*.py"))]
+
+
 def test_only_run_columns_writes_a_column_into_a_row():
     """A column is named in a row in one place: a new figure is a function of the measurement there, not a line
     in the middle of measuring, recording or an instrument (the issue this rule came from: 22 columns set
     inline in run/measure.py, 7 more in its quantized path, and the instruments naming their own)."""
     columns, measured = _row_columns()
-    writes = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = str(path.relative_to(PACKAGE))
-        if rel == ROW_AUTHOR or rel in NOT_ROWS or rel.startswith(("store/", "report/")):
-            continue
-        writes += [f"{rel}:{line} {column}" for line, column in
-                   _column_writes(ast.parse(path.read_text(encoding="utf-8")), columns, measured)]
+    writes = [f"{rel}:{line} {column}" for rel, tree in _parsed()
+              if not (rel == ROW_AUTHOR or rel in NOT_ROWS or rel.startswith(("store/", "report/")))
+              for line, column in _column_writes(tree, columns, measured)]
     assert not writes, f"columns written into a row outside {ROW_AUTHOR}: {writes}"
 
 
-@pytest.mark.parametrize("source", [
-    'def f(row):\n    row["test_accuracy"] = 0.9\n',
-    'def f(row):\n    row.update(latency_ms_p50=1.0)\n',
-    'def f():\n    return {"model_size_bytes": 1, "accuracy_drop_pts": 0.5}\n',
-    'def f(base_row):\n    return {**base_row, "status": "failed"}\n',
+# What opens, lists or parses a file, and the store's readers of one: in report/, only readback/ calls them, so
+# a report reads each file once, in one place (``display.results.Results`` holds what it read).
+FILE_READS = {"read_csv", "read_parquet", "read_json", "read_text", "read_bytes", "open", "glob", "rglob", "iterdir",
+              "exists", "is_file", "is_dir", "stat"}
+STORE_READERS = {"read_results", "read_checked", "read_samples", "read_series", "load_noise_floors", "load_ceilings",
+                 "read_noise_floor", "read_layer_file"}
+
+
+def _file_reads(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [f"{node.lineno} imports {a.name}" for a in node.names if a.name in STORE_READERS]
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in FILE_READS | STORE_READERS:
+            found.append(f"{node.lineno} {f.id}()")
+        elif isinstance(f, ast.Attribute) and (f.attr in FILE_READS | STORE_READERS or (
+                f.attr in ("load", "loads") and isinstance(f.value, ast.Name) and f.value.id in ("json", "pickle"))):
+            found.append(f"{node.lineno} .{f.attr}()")
+    return found
+
+
+def test_report_reads_files_in_readback_only():
+    reads = [f"{rel}:{r}" for rel, tree in _parsed(PACKAGE / "report") if not rel.startswith("report/readback/")
+             for r in _file_reads(tree)]
+    assert not reads, f"report modules outside readback/ that read a file: {reads}"
+
+
+@pytest.mark.parametrize("rule, source", [
+    ("one author", 'def f(row):\n    row["test_accuracy"] = 0.9\n'),
+    ("one author", 'def f(row):\n    row.update(latency_ms_p50=1.0)\n'),
+    ("one author", 'def f():\n    return {"model_size_bytes": 1, "accuracy_drop_pts": 0.5}\n'),
+    ("one author", 'def f(base_row):\n    return {**base_row, "status": "failed"}\n'),
+    ("one reader", "import pandas as pd\ndef f(p):\n    return pd.read_csv(p)\n"),
+    ("one reader", "import json\ndef f(text):\n    return json.loads(text)\n"),
+    ("one reader", "def f(path):\n    return path.exists()\n"),
+    ("one reader", "from benchlib.store.rows import read_samples\n"),
 ])
-def test_the_one_author_rule_sees_a_column_written_elsewhere(source):
-    columns, measured = _row_columns()
-    assert _column_writes(ast.parse(source), columns, measured), source
+def test_the_rules_see_what_they_forbid(rule, source):
+    """The one-author rule sees a column written elsewhere; the one-reader rule a file read outside readback/."""
+    tree = ast.parse(source)
+    assert (_column_writes(tree, *_row_columns()) if rule == "one author" else _file_reads(tree)), source
 
 
 # Small things with one home: spelled again elsewhere, two spellings drift apart (the summary's note on ratios

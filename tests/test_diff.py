@@ -20,7 +20,7 @@ from benchlib.env.manifest import machine_name
 from benchlib.instruments.run_to_run import floor_groups, floor_of, floor_pct, log_spread
 from benchlib.report.evidence.diff import as_text, diff, floor_lines, notes, regressions
 from benchlib.report.evidence.inference import Spread, compare, compare_runs
-from benchlib.report.evidence.samples import METRICS, SampleFiles
+from benchlib.report.evidence.samples import METRICS
 from benchlib.report.evidence.stats import (
     CLAIMS,
     judge_single_runs,
@@ -29,6 +29,7 @@ from benchlib.report.evidence.stats import (
     verdict_of,
     within_threshold,
 )
+from benchlib.report.readback.samples import SampleFiles
 from benchlib.report.tables.comparisons import scaling_table, speedup_matrix, speedup_table
 from benchlib.run.record import record
 from benchlib.spec.settings import RunConfig, RunSettings

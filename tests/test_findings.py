@@ -11,6 +11,7 @@ import pytest
 from benchlib.report.findings import caveats, claims, key
 from benchlib.report.findings import variants as variant_claims
 from benchlib.report.findings.work import bound, roofline_sentences, time_sentences
+from benchlib.report.readback.samples import SampleFiles
 
 RNG = np.random.default_rng(0)
 
@@ -27,10 +28,11 @@ def _steps(step_s: float, n: int = 40) -> np.ndarray:
     return step_s * (1 + 0.01 * RNG.standard_normal(n))
 
 
-class Reader:
+class Reader(SampleFiles):
     """Raw samples per run id, as the samples files hold them (seconds per timed step and latency repeat)."""
 
     def __init__(self, steps: dict[str, float], latency_s: dict[str, float] | None = None) -> None:
+        super().__init__()
         self.frames = {}
         for run_id, step in steps.items():
             parts = [pd.DataFrame({"series": "train_step_s", "value": _steps(step)})]

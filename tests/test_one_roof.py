@@ -9,10 +9,10 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from benchlib.report.evidence import selection  # noqa: E402
 from benchlib.report.figures import roofline as roofline_figures  # noqa: E402
 from benchlib.report.findings import key  # noqa: E402
 from benchlib.report.findings.work import roofline_sentences  # noqa: E402
+from benchlib.report.readback.folders import load_rows  # noqa: E402
 from benchlib.report.readback.roofs import page_ceilings, placed  # noqa: E402
 from benchlib.report.tables import summaries  # noqa: E402
 from benchlib.roofline.measured import Ceilings  # noqa: E402
@@ -55,7 +55,7 @@ def folder(tmp_path):
 
 
 def test_every_row_is_placed_under_the_roof_the_page_shows(folder):
-    df = selection.load([str(folder)])
+    df = load_rows([str(folder)])
     assert set(df["roof_peak_flops_per_s"]) == {32.3e9}
     for _, row in df.iterrows():  # the very placement that records a row, under today's roof
         recorded = roof_columns(row.to_dict(), NOW, "cpu")
@@ -65,7 +65,7 @@ def test_every_row_is_placed_under_the_roof_the_page_shows(folder):
 
 
 def test_sentences_tables_and_figure_read_one_roof(folder, tmp_path_factory):
-    df = selection.load([str(folder)])
+    df = load_rows([str(folder)])
     good = df.assign(device=df["hardware"])
     lines = roofline_sentences(good)
     assert len(lines) == 2 and all("ridge at 5.02" in line for line in lines), lines

@@ -12,6 +12,7 @@ import pytest
 
 from benchlib.report.findings import key
 from benchlib.report.findings.precisions import amp_pairs, precision_sentences
+from benchlib.report.readback.samples import SampleFiles
 from benchlib.store.layout import ResultsLayout
 
 RNG = np.random.default_rng(3)
@@ -28,10 +29,11 @@ def _row(tmp_path, precision: str, seed: int, step_s: float, **settings) -> dict
             "settings_json": json.dumps(s), "train_step_s_median": step_s, "train_samples_per_s": 128 / step_s}
 
 
-class Reader:
-    """Each run's 40 steps around its median, 1% apart: a run is its own process."""
+class Reader(SampleFiles):
+    """Each run's 40 steps around its median, 1% apart: a run is its own process (per-layer files from disk)."""
 
     def __init__(self, rows: list[dict]) -> None:
+        super().__init__()
         self.frames = {r["run_id"]: pd.DataFrame({"series": "train_step_s", "value": r["train_step_s_median"] * (
             1 + 0.01 * RNG.standard_normal(40))}) for r in rows}
 

@@ -20,6 +20,7 @@ def folder(tmp_path_factory):
 def test_every_section_is_a_method_and_each_kind_of_file_is_read_once(folder, tmp_path, monkeypatch):
     import benchlib
     from benchlib.report.display import layers, results, summary
+    from benchlib.report.readback import samples
 
     counts: dict[str, int] = {}
 
@@ -29,9 +30,11 @@ def test_every_section_is_a_method_and_each_kind_of_file_is_read_once(folder, tm
             return real(*args, **kwargs)
         return read
 
-    for name in ("load_layer_reports", "load_profiles", "page_ceilings", "load_noise_floors", "manifest_table",
+    for name in ("load_layer_reports", "load_profiles", "page_ceilings", "manifest_table",
                  "load_predictions"):
         monkeypatch.setattr(results, name, counted(name, getattr(results, name)))
+    for name in ("read_samples", "load_noise_floors", "read_layer_file"):  # a run's own files, for every section
+        monkeypatch.setattr(samples, name, counted(name, getattr(samples, name)))
     shown: list = []
     for module in (summary, layers, summary.show):
         monkeypatch.setattr(module, "display", shown.append)
@@ -44,5 +47,8 @@ def test_every_section_is_a_method_and_each_kind_of_file_is_read_once(folder, tm
         getattr(r, section)()
     r.rooflines()
     r.how_it_was_run()
+    r.results()
+    r.key_findings()
+    assert counts.get("read_samples") == 1 and counts.get("load_noise_floors") == 1, counts  # shared by sections
     assert counts and all(n == 1 for n in counts.values()), counts
     assert any("Rooflines" in str(getattr(x, "data", "")) for x in shown), "a section drew from what was read"

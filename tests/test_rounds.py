@@ -13,7 +13,8 @@ from benchlib.errors import ConfigError
 from benchlib.pipeline import rounds
 from benchlib.report.evidence import rules
 from benchlib.report.evidence.precision import Precision, study_precision
-from benchlib.report.evidence.samples import SampleFiles
+from benchlib.report.readback.folders import read_rounds
+from benchlib.report.readback.samples import SampleFiles
 from benchlib.spec.repeats import AutoRepeats, parse_repeats
 from benchlib.store.layout import ResultsLayout
 from benchlib.store.rows import read_results
@@ -158,7 +159,7 @@ def test_each_round_runs_in_fresh_processes_and_auto_records_why_it_stopped(tmp_
     kept = json.loads((tmp_path / "results" / "s" / "run_rules.json").read_text())["rounds"]
     assert kept["mode"] == "auto" and kept["rounds_run"] == 2 and "budget of 2 runs" in kept["stopped"]
     assert kept["precision_pct"] > 0 and kept["least_precise"].startswith("cpu__squeezenet1_1__bs8")
-    said = rules.rounds_text(rules.read_rounds([tmp_path / "results" / "s"])["s"])  # what the summary says
+    said = rules.rounds_text(read_rounds([tmp_path / "results" / "s"])["s"])  # what the summary says
     assert "ran 2 round(s), each in fresh processes, and stopped because the budget of 2 runs" in said
     assert main([*argv, "--repeats", "2"]) == 0  # rerun, fixed: every round's rows exist
     assert "round 2/2" in capsys.readouterr().err

@@ -27,22 +27,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_diff(args: argparse.Namespace) -> int:
-    from ..report.evidence import diff as d
+def _diff_inputs(args: argparse.Namespace) -> tuple[list[str], list[str], list[Path]]:
+    """``diff``'s metrics, settings ignored and two folders, each checked (``ConfigError`` naming what is allowed);
+    ``args.threshold`` set to its default where not given."""
+    from ..report.evidence.diff import DEFAULT_METRICS
     from ..report.evidence.samples import METRICS
     from ..report.evidence.stats import PRACTICAL_THRESHOLD
+    from ..report.readback.folders import results_folders
+    from ..spec.settings import SETTING_RULES
 
     if args.threshold is None:
         args.threshold = PRACTICAL_THRESHOLD * 100
     for flag, value in (("--threshold", args.threshold), ("--fail-on-regression", args.fail_on_regression)):
         if value is not None and not (math.isfinite(value) and 0 <= value < 100):
             raise ConfigError(f"command line: {flag} {value}; allowed: a percentage from 0 to under 100")
-    metrics = args.metric or list(d.DEFAULT_METRICS)
+    metrics = args.metric or list(DEFAULT_METRICS)
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ConfigError(f"command line: --metric {', '.join(unknown)}; allowed: {', '.join(METRICS)}")
-    from ..spec.settings import SETTING_RULES
-
     ignore = args.ignore or []
     allowed = sorted({*SETTING_RULES, "hardware", "batch_size", "world_size"} - {"seed"})
     if bad := [n for n in ignore if n not in allowed]:
@@ -50,10 +52,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     folders = []
     for side in (args.a, args.b):
         try:
-            d.results_folders(Path(side))
+            results_folders(Path(side))
         except FileNotFoundError as exc:
             raise ConfigError(f"{exc}; give folders written by benchlib, e.g. results/default") from None
         folders.append(Path(side))
+    return metrics, ignore, folders
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from ..report.evidence import diff as d
+
+    metrics, ignore, folders = _diff_inputs(args)
     table = d.diff(folders[0], folders[1], metrics, threshold=args.threshold / 100, ignore=ignore)
     explained = _explained(folders, ignore, args.threshold / 100, d.table_family(table)) if args.explain else None
     worse = d.regressions(table, args.fail_on_regression) if args.fail_on_regression is not None else None

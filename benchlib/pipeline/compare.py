@@ -20,9 +20,10 @@ from ..env.manifest import machine_name
 from ..errors import ConfigError
 from ..nets.user_models import ModelSource
 from ..report.evidence.diff import DEFAULT_METRICS
-from ..report.evidence.samples import METRICS, SampleFiles, compare_rows
+from ..report.evidence.samples import METRICS, compare_rows
 from ..report.evidence.selection import column_median
 from ..report.findings.explain import explanation_lines
+from ..report.readback.samples import SampleFiles
 from ..report.tables.explain import PART_COLUMNS
 from ..report.tables.explain_rows import explain_sides
 from ..run.record import pair_configs

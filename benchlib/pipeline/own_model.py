@@ -189,5 +189,6 @@ def run_benchmark(plan: BenchmarkPlan, results_dir: str | Path = "results/adhoc"
     mine = mine[key_first(list(mine.columns))]  # the figures a reader asks for first, then every other column
     result = BenchmarkResults(mine)
     figure = save_figure(mine, ResultsLayout.of(results_dir)) if not mine.empty else None
-    result.attrs["figure_path"] = str(figure) if figure else ""
+    result.attrs["figure_path"] = str(figure[0]) if figure else ""
+    result.attrs["figure_png"] = figure[1] if figure else b""  # the glance shows it, read from no file
     return result

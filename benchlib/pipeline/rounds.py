@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..report.evidence.precision import Precision, study_precision
-from ..report.evidence.samples import SampleFiles
+from ..report.readback.samples import SampleFiles
 from ..spec.repeats import AutoRepeats
 from ..store.layout import ResultsLayout
 from ..store.rows import read_results

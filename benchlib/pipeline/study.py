@@ -29,8 +29,9 @@ from .. import log as messages
 from ..env.devices import resolve_hardware
 from ..env.manifest import machine_name
 from ..errors import CalibrationFailed, ConfigError, DiskFull
-from ..report.evidence.rules import run_rules, superseded_rows
+from ..report.evidence.rules import run_rules
 from ..report.findings import caveats
+from ..report.readback.folders import superseded_rows
 from ..roofline.cache import ensure_ceilings, raised, remeasure_ceilings
 from ..run.outcome import error_text
 from ..run.record import record_pair_failure, refresh_roofs, set_aside_stale_rows

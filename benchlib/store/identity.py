@@ -32,6 +32,18 @@ def stable_flat(flat: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
 
 
+def settings_of(settings_json: object) -> dict[str, Any]:
+    """A row's ``settings_json`` as a mapping: the one reader of that column, so every table parses it alike.
+    Empty where the row recorded none or its text is not a JSON object (a row of an older benchlib)."""
+    if not isinstance(settings_json, str) or not settings_json:
+        return {}
+    try:
+        value = json.loads(settings_json)
+    except ValueError:
+        return {}
+    return dict(value) if isinstance(value, dict) else {}
+
+
 def settings_digest_of(flat: Mapping[str, Any]) -> str:
     """Hash of every flat setting except the seed: repeats of a configuration share it, any other change does not."""
     return digest({k: v for k, v in stable_flat(flat).items() if k != "seed"})

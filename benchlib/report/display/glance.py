@@ -58,8 +58,9 @@ def _label(row: pd.Series) -> str:
     return f"{row['variant']}, batch {int(row['batch_size'])}"
 
 
-def save_figure(rows: pd.DataFrame, results: ResultsLayout) -> Path | None:
-    """The throughput figure as a PNG under the results folder's figures (named after the model and device)."""
+def save_figure(rows: pd.DataFrame, results: ResultsLayout) -> tuple[Path, bytes] | None:
+    """The throughput figure as a PNG under the results folder's figures (named after the model and device),
+    with its bytes, which the glance shows without reading the file back."""
     good = ok_rows(rows) if not rows.empty else rows
     fig = charts.throughput_bars(good, [_label(r) for _, r in good.iterrows()]) if not good.empty else None
     if fig is None:
@@ -68,10 +69,10 @@ def save_figure(rows: pd.DataFrame, results: ResultsLayout) -> Path | None:
     fig.savefig(buffer, format="png", dpi=110)
     path = results.benchmark_figure(str(rows["model"].iloc[0]), str(rows["hardware"].iloc[0]))
     atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return path, buffer.getvalue()
 
 
-def glance_html(rows: pd.DataFrame, figure: Path | None = None) -> str:
+def glance_html(rows: pd.DataFrame, png: bytes | None = None) -> str:
     """The short table, why figures are missing, how they were made, failures in one line each, the figure."""
     head = headline_table(with_spread(rows), GLANCE)
     table, parts = head.table, []
@@ -87,8 +88,8 @@ def glance_html(rows: pd.DataFrame, figure: Path | None = None) -> str:
         parts.append(f"<p style='font-size: 0.85em'>{html.escape(_label(r))}: {html.escape(str(r['status']))}"
                      f"{': ' + html.escape(why) if why and why != 'nan' else ''}</p>")
     parts.append(f"<p style='font-size: 0.85em; color: #555'>{html.escape(HOW_MADE)}</p>")
-    if figure is not None and figure.exists():
-        data = base64.b64encode(figure.read_bytes()).decode("ascii")
+    if png:
+        data = base64.b64encode(png).decode("ascii")
         parts.append(f"<img alt='training throughput per configuration' src='data:image/png;base64,{data}'/>")
     return "\n".join(parts)
 
@@ -101,5 +102,5 @@ class BenchmarkResults(pd.DataFrame):
         return pd.DataFrame
 
     def _repr_html_(self) -> str:
-        figure = self.attrs.get("figure_path")
-        return glance_html(pd.DataFrame(self), Path(figure) if figure else None)
+        png = self.attrs.get("figure_png")
+        return glance_html(pd.DataFrame(self), png if isinstance(png, bytes) else None)

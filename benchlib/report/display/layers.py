@@ -12,6 +12,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from ..evidence.diff import table_family
+from ..evidence.samples import SampleReader
 from ..figures import layers as layer_figures
 from ..figures.explain import explained_parts
 from ..findings.explain import explanation_lines
@@ -125,13 +126,14 @@ EXPLAIN_NOTE = (
         "holds 0 is named no cause.")
 
 
-def variant_explanations(rows: pd.DataFrame, table: pd.DataFrame, figures_dir: str | None) -> None:
+def variant_explanations(rows: pd.DataFrame, table: pd.DataFrame, figures_dir: str | None,
+                         reader: SampleReader | None = None) -> None:
     """Each variant comparison of ``table`` (``variant_speedups``) explained where either side has per-layer
     tables (``layers: true``), with the rows that lack one named; nothing where no side has any."""
     shown = False
     family = table_family(table)  # the variant table's: an explanation stands under its verdicts
     for label, base, variant in variant_sides(rows, table):
-        x = explain_sides(label, base, variant, family=family)
+        x = explain_sides(label, base, variant, reader=reader, family=family)
         found = [e for e in (x.training, x.inference) if e is not None]
         if not found and len(x.missing) == len(base) + len(variant):
             continue

@@ -12,18 +12,18 @@ from typing import Any
 from IPython.display import Image, Markdown, display
 
 from ...store.layout import ResultsLayout
-from ...store.rows import read_samples
 from ..figures import charts
+from ..readback.samples import SampleFiles
 from ..tables import summaries
 from . import show
 
 
 def step_time_figures(results_dir: str, rows: Sequence[Mapping[str, Any]], figures_dir: str) -> None:
-    figures = Path(figures_dir)
+    figures, reader = Path(figures_dir), SampleFiles()
     for row in rows:
         if row.get("status") != "ok":
             continue
-        show.figure(charts.step_time_distribution(read_samples(Path(results_dir), row), row["run_id"], figures,
+        show.figure(charts.step_time_distribution(reader({**row, "results_dir": results_dir}), row["run_id"], figures,
                                                   f"steps__{row['machine']}__{row['run_id']}"))
 
 

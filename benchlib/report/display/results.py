@@ -2,9 +2,10 @@
 
 ``Results.load(results_dirs)`` reads the rows (checked and migrated, placed under their roofs) and, on first
 use, each of the folders' other files: per-layer tables, profiles, ceilings, noise floors, manifests, the
-rules they were run under, predictions and telemetry series. The summary and sweep notebooks hold one of
+rules they were run under, predictions, and each run's samples and telemetry series (through one
+``readback.samples.SampleFiles``, shared by every section). The summary and sweep notebooks hold one of
 these and call a method per cell (``results.rooflines()``); the section functions of ``summary`` and
-``layers`` take what it read and read nothing themselves.
+``layers`` take what it read and read nothing themselves. Every read is a ``readback`` function.
 """
 from __future__ import annotations
 
@@ -18,14 +19,13 @@ import pandas as pd
 from IPython.display import Markdown
 
 from ...roofline.measured import Ceilings
-from ...store.layout import ResultsLayout
-from ...store.noise_floor import NoiseFloor, load_noise_floors
-from ..evidence import rules as report_rules
-from ..evidence import selection
+from ...store.noise_floor import NoiseFloor
+from ..readback.folders import load_rows, read_interleave, read_rounds, superseded_rows
 from ..readback.layers import load_layer_reports, load_predictions
 from ..readback.manifests import manifest_table
 from ..readback.profiles import load_profiles
 from ..readback.roofs import page_ceilings
+from ..readback.samples import SampleFiles
 from . import layers as layer_views
 from . import summary
 
@@ -39,13 +39,13 @@ class Results:
     folders: tuple[str, ...]
     rows: pd.DataFrame
     figures_dir: str = "reports/figures"
-    _series: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    reader: SampleFiles = field(default_factory=SampleFiles, repr=False)  # each run's own files, read once
 
     @classmethod
     def load(cls, results_dirs: Iterable[str | Path], figures_dir: str | Path = "reports/figures") -> Results:
-        """The folders' rows read (``evidence.selection.load``); the rest on first use."""
+        """The folders' rows read (``readback.folders.load_rows``); the rest on first use."""
         folders = tuple(str(d) for d in results_dirs)
-        return cls(folders, selection.load(folders), str(figures_dir))
+        return cls(folders, load_rows(folders), str(figures_dir))
 
     # -- what the folders hold, read once
     @cached_property
@@ -63,7 +63,8 @@ class Results:
 
     @cached_property
     def floors(self) -> list[NoiseFloor]:
-        return load_noise_floors(self.folders)
+        """Every folder's noise floors, as the comparisons read them (``reader.floors``)."""
+        return [f for folder in self.folders for f in self.reader.floors(folder)]
 
     @cached_property
     def manifests(self) -> pd.DataFrame:
@@ -77,22 +78,16 @@ class Results:
     @cached_property
     def rules(self) -> tuple[int, dict[str, bool], dict[str, dict[str, Any]]]:
         """Rows set aside, whether each study interleaved, and each study's rounds (``run_rules.json``)."""
-        return (report_rules.superseded_rows(self.folders), report_rules.read_interleave(self.folders),
-                report_rules.read_rounds(self.folders))
+        return superseded_rows(self.folders), read_interleave(self.folders), read_rounds(self.folders)
 
     def telemetry_series(self, rows: pd.DataFrame) -> list[tuple[pd.Series, pd.DataFrame]]:
         """Up to ``MAX_TIMELINES`` of ``rows``' telemetry time series, each with its row, read once."""
         found: list[tuple[pd.Series, pd.DataFrame]] = []
         for _, row in rows.iterrows():
-            folder = row.get("results_dir")
-            if len(found) >= MAX_TIMELINES or not isinstance(folder, str) or folder not in self.folders:
+            if len(found) >= MAX_TIMELINES or row.get("results_dir") not in self.folders:
                 continue
-            path = ResultsLayout.of(folder).telemetry_path(str(row["machine"]), str(row["run_id"]))
-            if str(path) not in self._series:
-                if not path.is_file():
-                    continue
-                self._series[str(path)] = pd.read_csv(path)
-            found.append((row, self._series[str(path)]))
+            if (series := self.reader.telemetry(row)) is not None:
+                found.append((row, series))
         return found
 
     # -- the report, a section per method
@@ -100,10 +95,10 @@ class Results:
         return summary.heading(title, self.rows)
 
     def key_findings(self) -> Markdown:
-        return summary.key_findings(self.rows, self.profiles, self.layer_reports)
+        return summary.key_findings(self.rows, self.profiles, self.layer_reports, self.reader)
 
     def results(self) -> None:
-        summary.results(self.rows)
+        summary.results(self.rows, self.reader)
 
     def how_it_was_run(self) -> None:
         summary.how_it_was_run(self.rows, *self.rules, self.floors)
@@ -112,13 +107,13 @@ class Results:
         summary.metric_figures(self.rows, self.figures_dir)
 
     def speedups(self) -> None:
-        summary.speedups(self.rows)
+        summary.speedups(self.rows, self.reader)
 
     def variants(self) -> None:
-        summary.variants(self.rows, self.figures_dir)
+        summary.variants(self.rows, self.figures_dir, self.reader)
 
     def device_scaling(self) -> None:
-        summary.device_scaling(self.rows, self.figures_dir)
+        summary.device_scaling(self.rows, self.figures_dir, self.reader)
 
     def repeats(self) -> None:
         summary.repeats(self.rows)
@@ -148,4 +143,4 @@ class Results:
         summary.manifests(self.manifests)
 
     def sweep(self) -> None:
-        summary.sweep(self.rows, self.figures_dir)
+        summary.sweep(self.rows, self.figures_dir, self.reader)

@@ -1,6 +1,6 @@
 """The pages around the notebooks: the reports index, the bar that links every page back, page framing.
 
-Pure text from files already on disk: the report folders (``report.json``, the data copied under
+Pure text from what ``readback.published`` found in the report folders (``report.json``, the data copied under
 ``data/``, the published pages) and nothing else, so a report folder can be moved and still links.
 Numbers are formatted by :mod:`benchlib.report.words.fmt`.
 """
@@ -10,13 +10,14 @@ import html
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ...store.layout import ReportLayout, ResultsLayout, reports_index, reports_page
+from ...store.identity import settings_of
+from ...store.layout import ReportLayout, reports_index, reports_page
+from ..readback.published import PAIR_PAGES, StudyReport, published_shared
 from ..tables.headline import flags, memory_above_baseline
 from ..words import fmt
 
@@ -60,36 +61,6 @@ def page(title: str, body: str, nav: str = "") -> str:
             f"<body>{nav}{body}</body></html>\n")
 
 
-# ---------------------------------------------------------------- one study's report, read back
-
-@dataclass(frozen=True)
-class StudyReport:
-    """What the index shows of one report folder."""
-
-    layout: ReportLayout
-    meta: dict[str, Any]
-    rows: pd.DataFrame
-
-    @classmethod
-    def read(cls, folder: Path) -> StudyReport:
-        layout = ReportLayout(folder)
-        try:
-            meta = json.loads(layout.meta_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            meta = {}
-        frames = []
-        for csv in sorted(layout.data_dir.glob("*/results.csv")):
-            try:
-                frames.append(pd.read_csv(csv))
-            except (OSError, ValueError, pd.errors.EmptyDataError):
-                continue
-        return cls(layout, meta if isinstance(meta, dict) else {}, pd.concat(frames) if frames else pd.DataFrame())
-
-    @property
-    def name(self) -> str:
-        return self.layout.root.name
-
-
 def _summary_line(rows: pd.DataFrame) -> str:
     if rows.empty or "status" not in rows:
         return ""
@@ -100,15 +71,8 @@ def _summary_line(rows: pd.DataFrame) -> str:
 
 
 def _settings(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    found = []
-    for text in rows["settings_json"].dropna().unique() if "settings_json" in rows else []:
-        try:
-            value = json.loads(text)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-    return found
+    texts = rows["settings_json"].dropna().unique() if "settings_json" in rows else []
+    return [value for text in texts if (value := settings_of(text))]
 
 
 def _each(settings: list[dict[str, Any]], key: str) -> str:
@@ -199,15 +163,11 @@ def _page_label(p: Path) -> str:
     return f"{model} on {hardware}" if model else p.stem
 
 
-def _pages_table(report: ReportLayout, reports_root: Path) -> str:
-    kinds = (("measurements", report.runs_dir), ("profile", report.profiles_dir), ("tuning", report.tune_dir))
-    stems: dict[str, dict[str, Path]] = {}
-    for kind, folder in kinds:
-        for p in sorted(folder.glob("*.html")):
-            stems.setdefault(p.stem, {})[kind] = p
+def _pages_table(study: StudyReport, reports_root: Path) -> str:
+    stems = study.pair_pages
     if not stems:
         return ""
-    shown = [k for k, _ in kinds if any(k in pages for pages in stems.values())]
+    shown = [k for k in PAIR_PAGES if any(k in pages for pages in stems.values())]
     head = "<th>pair</th>" + "".join(f"<th>{k}</th>" for k in shown)
     body = []
     for stem in sorted(stems):
@@ -218,62 +178,58 @@ def _pages_table(report: ReportLayout, reports_root: Path) -> str:
     return f"<h3>Pages per pair</h3><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _data_list(report: ReportLayout, reports_root: Path) -> str:
+def _data_list(study: StudyReport, reports_root: Path) -> str:
     items = []
-    for copy in sorted(p for p in report.data_dir.glob("*") if p.is_dir()):
-        label = f" ({html.escape(copy.name)})" if len(list(report.data_dir.glob("*"))) > 1 else ""
-        held = ResultsLayout.of(copy)  # a copy of a results folder's files, laid out as the folder is
-        if held.results_csv.exists():
+    for copy in study.data:
+        label = f" ({html.escape(copy.name)})" if study.several_copies else ""
+        if copy.results_csv is not None:
             columns = link(reports_page(reports_root, "columns"), reports_root, "every column explained")
-            items.append(f"<li>{link(held.results_csv, reports_root, 'results.csv')}{label}: one row per "
+            items.append(f"<li>{link(copy.results_csv, reports_root, 'results.csv')}{label}: one row per "
                          f"configuration ({columns})</li>")
-        if held.run_rules_path.exists():
-            items.append(f"<li>{link(held.run_rules_path, reports_root, 'run_rules.json')}{label}: repeats, "
+        if copy.run_rules is not None:
+            items.append(f"<li>{link(copy.run_rules, reports_root, 'run_rules.json')}{label}: repeats, "
                          "seeds, warmup and every run that did not count</li>")
-        for files, what in ((held.manifest_files(), "Environment manifests"),
-                            (held.ceilings_files(), "Measured ceilings")):
+        for files, what in ((copy.manifests, "Environment manifests"), (copy.ceilings, "Measured ceilings")):
             if files:
                 links = ", ".join(link(f, reports_root, f.stem) for f in files)
                 items.append(f"<li>{what}{label}: {links}</li>")
-    traces = sorted(report.profiles_dir.glob("*.trace.json.gz"))
-    if traces:
-        links = ", ".join(link(t, reports_root, f"{_page_label(Path(t.name.split('.')[0]))} trace") for t in traces)
+    if study.traces:
+        links = ", ".join(link(t, reports_root, f"{_page_label(Path(t.name.split('.')[0]))} trace")
+                          for t in study.traces)
         items.append(f"<li>Profiler traces (gzipped Chrome trace JSON; open in ui.perfetto.dev or "
                      f"chrome://tracing): {links}</li>")
     return f"<h3>Data</h3><ul>{''.join(items)}</ul>" if items else ""
 
 
+ANALYSIS_TITLES = {"sweep": "Sweep analysis", "tune": "Tuning analysis"}
+
+
 def study_section(folder: Path, reports_root: Path) -> str | None:
     """One study's part of the index, or None when the folder has no published page yet."""
     study = StudyReport.read(folder)
-    report = study.layout
-    summary = report.analysis_notebook("summary").with_suffix(".html")
-    analyses = [(report.analysis_notebook(n).with_suffix(".html"), text)
-                for n, text in (("sweep", "Sweep analysis"), ("tune", "Tuning analysis"))]
-    pages = _pages_table(report, reports_root)
-    if not summary.exists() and not pages:
+    pages = _pages_table(study, reports_root)
+    if study.summary is None and not pages:
         return None
     description = str(study.meta.get("description") or "")
-    links = [f"<li>{link(summary, reports_root, 'Summary')}: every table and figure of the study</li>"
-             if summary.exists() else "<li>No summary yet.</li>"]
-    links += [f"<li>{link(p, reports_root, text)}</li>" for p, text in analyses if p.exists()]
-    figures = sorted(report.figures_dir.glob("*.png"))
-    fig_items = "".join(f"<li>{link(f, reports_root, f.name)}</li>" for f in figures)
+    links = [f"<li>{link(study.summary, reports_root, 'Summary')}: every table and figure of the study</li>"
+             if study.summary is not None else "<li>No summary yet.</li>"]
+    links += [f"<li>{link(p, reports_root, ANALYSIS_TITLES[n])}</li>" for n, p in study.analyses.items()]
+    fig_items = "".join(f"<li>{link(f, reports_root, f.name)}</li>" for f in study.figures)
     return (f'<section id="study-{html.escape(study.name)}"><h2>{html.escape(study.name)}</h2>'
             + (f'<p class="description">{html.escape(description)}</p>' if description else "")
             + _summary_line(study.rows) + settings_line(study.rows)
             + ("<h3>Headline numbers</h3>" + headline_table(study.rows) if not study.rows.empty else "")
-            + f"<h3>Pages</h3><ul>{''.join(links)}</ul>" + pages + _data_list(report, reports_root)
-            + (f"<details><summary>Figures ({len(figures)})</summary><ul>{fig_items}</ul></details>"
-               if figures else "")
+            + f"<h3>Pages</h3><ul>{''.join(links)}</ul>" + pages + _data_list(study, reports_root)
+            + (f"<details><summary>Figures ({len(study.figures)})</summary><ul>{fig_items}</ul></details>"
+               if study.figures else "")
             + "</section>")
 
 
 def index_page(reports_root: Path, study_folders: Iterable[Path], stamp: str) -> str:
     """``reports/index.html``: what benchlib is, then every study with its headline numbers, pages and data."""
     sections = [s for s in (study_section(f, reports_root) for f in study_folders) if s]
-    shared = " · ".join(link(reports_page(reports_root, n), reports_root, t) for n, t in SHARED_PAGES.items()
-                        if reports_page(reports_root, n).exists())
+    shared = " · ".join(link(reports_page(reports_root, n), reports_root, SHARED_PAGES[n])
+                        for n in published_shared(reports_root, SHARED_PAGES))
     body = ("<h1>benchlib reports</h1>"
             "<p>Each study trains and times CNNs on the devices it names, one row per configuration; its summary "
             "compares them, each pair has a page of its own measurements and, where profiled, where the time of a "

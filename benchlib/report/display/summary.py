@@ -20,11 +20,13 @@ from ...store.rows import key_of
 from ..evidence import rules as report_rules
 from ..evidence import selection
 from ..evidence.floors import noise_floor_sentences, noise_floor_table
+from ..evidence.samples import SampleReader
 from ..figures import charts, profile, style
 from ..figures import roofline as roofline_figures
 from ..figures.telemetry import telemetry_timeline
 from ..findings import caveats, key
 from ..findings.key import INTERVAL_NOTE
+from ..readback.samples import SampleFiles
 from ..tables import comparisons, headline, summaries
 from ..words import fmt
 from . import show
@@ -71,14 +73,14 @@ def heading(title: str, df: pd.DataFrame) -> Markdown:
 
 
 def key_findings(df: pd.DataFrame, found_profiles: list[dict[str, Any]],
-                 layer_reports: list[dict[str, Any]]) -> Markdown:
+                 layer_reports: list[dict[str, Any]], reader: SampleReader | None = None) -> Markdown:
     """Warnings, then what the data says per question the study asked, then what it did not run."""
-    return Markdown(key.as_markdown(key.key_findings(df, found_profiles, layers=layer_reports)))
+    return Markdown(key.as_markdown(key.key_findings(df, found_profiles, reader, layers=layer_reports)))
 
 
-def results(df: pd.DataFrame) -> None:
+def results(df: pd.DataFrame, reader: SampleReader | None = None) -> None:
     """The headline table (median over seeds, human units), why figures are missing, and every column behind a click."""
-    table = headline.headline_table(df)
+    table = headline.headline_table(df, reader=reader)
     show.heading("Results", anchor="headline")  # the browser check finds the headline table by this id
     if table.table.empty:
         display(Markdown("*No configuration produced a measurement.*"))
@@ -133,26 +135,27 @@ def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
             display(Markdown(said))
 
 
-def speedups(df: pd.DataFrame) -> None:
+def speedups(df: pd.DataFrame, reader: SampleReader | None = None) -> None:
     """Cross-device training speedups, only where there are two devices or more."""
     if selection.devices_count(df) < 2:
         return
     show.heading("Cross-device speedup")
     display(Markdown(f"How much faster the row's device trains than the column's. {INTERVAL_NOTE}"))
-    display(show.table(comparisons.speedup_matrix(df).reset_index(), text=True))
+    display(show.table(comparisons.speedup_matrix(df, reader=reader).reset_index(), text=True))
 
 
-def variants(df: pd.DataFrame, figures_dir: str | None = None) -> None:
+def variants(df: pd.DataFrame, figures_dir: str | None = None, reader: SampleReader | None = None) -> None:
     """Each optimization variant against its device's default: speedups with intervals, accuracy and memory, and
     under them each comparison split layer by layer where its rows have per-layer tables (``explain``)."""
-    table = comparisons.variant_speedups(df)
+    reader = reader or SampleFiles()
+    table = comparisons.variant_speedups(df, reader)
     if table.empty:
         return
     show.heading("Optimization variants")
     display(Markdown(f"Each variant against its device's default (`baseline`; > 1: better). {INTERVAL_NOTE}"))
     table = table[table["variant"] != table["baseline"]]
     display(show.table(_drop_empty(table[[c for c in VARIANT_COLUMNS if c in table]])))
-    variant_explanations(df, table, figures_dir)
+    variant_explanations(df, table, figures_dir, reader)
     quant = selection.ok_rows(df)
     if "quantization" in quant and (quant["quantization"] != "none").any():
         cols = [c for c in ("machine", "hardware", "model", "variant", "fp32_test_accuracy", "test_accuracy",
@@ -163,9 +166,9 @@ def variants(df: pd.DataFrame, figures_dir: str | None = None) -> None:
         display(show.table(_drop_empty(quant[quant["quantization"] != "none"][cols])))
 
 
-def device_scaling(df: pd.DataFrame, figures_dir: str) -> None:
+def device_scaling(df: pd.DataFrame, figures_dir: str, reader: SampleReader | None = None) -> None:
     """Data-parallel scaling, only where the study ran several process counts."""
-    table = comparisons.scaling_table(df, "world_size")
+    table = comparisons.scaling_table(df, "world_size", reader)
     if table.empty:
         return
     show.heading("Data-parallel scaling")
@@ -315,15 +318,16 @@ def manifests(table: pd.DataFrame) -> None:
         show.collapsed_table(f"{len(table)} environment manifest(s): versions, CPU, threads, commit", table)
 
 
-def sweep(df: pd.DataFrame, figures_dir: str) -> None:
+def sweep(df: pd.DataFrame, figures_dir: str, reader: SampleReader | None = None) -> None:
     """Largest stable and best-throughput batch per pair, sweep plots, thread and worker scaling."""
     summary = summaries.sweep_summary(df)
     figures: list[Any] = [charts.batch_sweep(df, figures_dir)]
     show.heading("Batch size, threads and workers")
     if not summary.empty:
         display(show.table(_drop_empty(summary)))
+    reader = reader or SampleFiles()  # one for every table: a run's samples read once
     for knob in ("threads", "num_workers", "world_size"):
-        table = comparisons.scaling_table(df, knob)
+        table = comparisons.scaling_table(df, knob, reader)
         if not table.empty:
             show.heading(f"Scaling with {knob}", 3)
             display(Markdown(f"Speedup against the smallest {knob}. {INTERVAL_NOTE}"))

@@ -25,12 +25,12 @@ from typing import Any
 import pandas as pd
 
 from ...spec.settings import DIGEST_AND_SEED
-from ...store.layout import ResultsLayout
-from ...store.noise_floor import load_noise_floors
-from ...store.rows import read_results
+from ...store.identity import settings_of
+from ..readback.folders import folder_floors, folder_rows
+from ..readback.samples import SampleFiles
 from ..words.sentences import ratio_interval
 from .floors import floor_sentence
-from .samples import METRICS, NOISE_FLAGS, SampleFiles, compare_rows, flagged
+from .samples import METRICS, NOISE_FLAGS, compare_rows, flagged
 from .selection import column_median
 from .stats import ALPHA, PRACTICAL_THRESHOLD, WORSE, verdict_rule
 
@@ -43,21 +43,8 @@ COLUMNS = ("configuration", "metric", "a", "b", "ratio", "ci_low", "ci_high", "p
 GATED_LEVELS = frozenset({"runs", "floor"})  # what a regression gate trusts: never steps alone
 
 
-def results_folders(path: Path) -> list[Path]:
-    """A study folder (it has ``rows/``) or a results root holding study folders."""
-    if ResultsLayout.of(path).holds_rows:
-        return [path]
-    found = sorted(p for p in path.iterdir() if ResultsLayout.of(p).holds_rows) if path.is_dir() else []
-    if not found:
-        raise FileNotFoundError(f"'{path}' holds no results (no rows/ folder in it or in a folder below it)")
-    return found
-
-
 def _settings(row: pd.Series) -> dict[str, Any]:
-    try:
-        return dict(json.loads(str(row.get("settings_json") or "{}")))
-    except ValueError:
-        return {}
+    return settings_of(row.get("settings_json"))
 
 
 def _keys(rows: pd.DataFrame, shared: Iterable[str], ignored: Iterable[str] = ()) -> pd.Series:
@@ -85,7 +72,7 @@ def _label(run_id: str) -> str:
 
 
 def _ok(folder: Path) -> pd.DataFrame:
-    rows = read_results(results_folders(folder))
+    rows = folder_rows(folder)
     return rows[rows["status"] == "ok"].reset_index(drop=True)
 
 
@@ -208,7 +195,7 @@ def floor_lines(a: Path, b: Path, table: pd.DataFrame | None = None) -> list[str
         .any())
     lines = []
     for side, folder in (("A", a), ("B", b)):
-        floors = load_noise_floors(results_folders(folder))
+        floors = folder_floors(folder)
         if not floors and not single:
             continue
         if not floors:

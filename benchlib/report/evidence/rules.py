@@ -8,14 +8,11 @@ from the rows (so a merged report has them too); ``benchlib study`` also writes 
 """
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ...store.layout import ResultsLayout
+from ...store.identity import settings_of
 from ...store.rows import flag_mask
 from .samples import NOISE_FLAGS, flagged
 from .selection import config_key
@@ -25,17 +22,12 @@ TIMING_RULES = ("warmup_steps", "train_steps", "epochs", "max_train_batches", "i
 
 
 def _settings(rows: pd.DataFrame) -> pd.DataFrame:
-    parsed = [json.loads(str(s)) if isinstance(s, str) and s else {} for s in rows.get("settings_json", [])]
+    parsed = [settings_of(s) for s in rows.get("settings_json", [])]
     return pd.DataFrame(parsed, index=rows.index)
 
 
 def _values(column: pd.Series) -> list[Any]:
     return sorted({v for v in column.dropna().tolist()}, key=str)
-
-
-def superseded_rows(results_dirs: Iterable[str | Path]) -> int:
-    """Rows set aside because the study's settings changed (kept under ``superseded/``, never deleted)."""
-    return sum(len(ResultsLayout.of(d).superseded_row_files()) for d in results_dirs)
 
 
 def run_rules(rows: pd.DataFrame, superseded: int = 0) -> dict[str, Any]:
@@ -85,29 +77,6 @@ def as_markdown(rules: dict[str, Any], interleave: dict[str, bool] | None = None
         lines.append(f"- {rules['superseded_rows']} row(s) measured with settings a study no longer has were set "
                      "aside under `superseded/` (kept, not shown).")
     return "\n".join(lines) or "*No runs.*"
-
-
-def _recorded(results_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """The ``run_rules.json`` benchlib study wrote in each folder (unreadable ones left out)."""
-    out = []
-    for d in results_dirs:
-        try:
-            data = json.loads(ResultsLayout.of(d).run_rules_path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("study"), str):
-            out.append(data)
-    return out
-
-
-def read_interleave(results_dirs: Iterable[str | Path]) -> dict[str, bool]:
-    """The ``interleave`` each study ran with, from the ``run_rules.json`` benchlib study wrote."""
-    return {d["study"]: d["interleave"] for d in _recorded(results_dirs) if isinstance(d.get("interleave"), bool)}
-
-
-def read_rounds(results_dirs: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
-    """How many rounds (fresh processes) each study ran and, under ``repeats: auto``, why it stopped."""
-    return {d["study"]: d["rounds"] for d in _recorded(results_dirs) if isinstance(d.get("rounds"), dict)}
 
 
 def rounds_text(rounds: dict[str, Any]) -> str:

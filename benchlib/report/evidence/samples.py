@@ -14,15 +14,14 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from ...instruments.run_to_run import bounds, floor_groups, floor_of, log_spread
-from ...store.noise_floor import NoiseFloor, load_noise_floors
-from ...store.rows import flag_mask, read_samples
+from ...store.noise_floor import NoiseFloor
+from ...store.rows import flag_mask
 from ...store.schema import BATCHES_PER_THROUGHPUT_REPEAT, finite_float
 from .inference import Spread, compare, compare_runs
 from .stats import (
@@ -75,38 +74,16 @@ METRICS: dict[str, Metric] = {
     "test_accuracy": Metric("test_accuracy", None, True, False),
 }
 
+
 class SampleReader(Protocol):
-    """Where a comparison finds a row's raw samples and its machine's noise floors (``SampleFiles`` reads files)."""
+    """Where a comparison finds a row's raw samples, its machine's noise floors and its per-layer file
+    (``readback.samples.SampleFiles`` reads them from files; a test may hand frames)."""
 
     def __call__(self, row: Mapping[str, Any]) -> pd.DataFrame: ...
 
     def floors(self, folder: object) -> list[NoiseFloor]: ...
 
-
-class SampleFiles:
-    """Reads a row's samples file, and a results folder's noise floors, once (rows carry ``results_dir`` from
-    ``read_results``)."""
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[str, str, str], pd.DataFrame] = {}
-        self._floors: dict[str, list[NoiseFloor]] = {}
-
-    def floors(self, folder: object) -> list[NoiseFloor]:
-        """The noise floors saved in ``folder`` (none where there is no folder)."""
-        if not folder or not Path(str(folder)).is_dir():
-            return []
-        if str(folder) not in self._floors:
-            self._floors[str(folder)] = load_noise_floors([str(folder)])
-        return self._floors[str(folder)]
-
-    def __call__(self, row: Mapping[str, Any]) -> pd.DataFrame:
-        folder = row.get("results_dir")
-        if not folder:
-            return pd.DataFrame(columns=["series", "value"])
-        key = (str(folder), str(row["machine"]), str(row["run_id"]))
-        if key not in self._cache:
-            self._cache[key] = read_samples(Path(str(folder)), row)
-        return self._cache[key]
+    def layer_files(self, rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[Mapping[str, Any]]]: ...
 
 
 def _processes(rows: pd.DataFrame, by_process: bool = True) -> list[pd.DataFrame]:

@@ -1,27 +1,14 @@
-"""Which rows a report reads and how it names them: the valid rows of results folders (each under the
-roof the page shows), the rows that measured, a configuration's key across seeds and settings digests, the
-device label and the baseline variants.
+"""Which rows a report compares and how it names them: the rows that measured, a configuration's key across
+seeds and settings digests, the device label and the baseline variants (the rows themselves are read by
+``readback.folders.load_rows``).
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import pandas as pd
 
 from ...spec.settings import SEED_SUFFIX
-from ...store.rows import read_checked
-from ..readback.roofs import page_ceilings, placed
-
-
-def load(results_dirs: Iterable[str]) -> pd.DataFrame:
-    """Every valid row of the given results folders, merged and de-duplicated, each placed under the roof the
-    page shows for its device (``roofs.placed``); the invalid ones, with why, in ``attrs["invalid_rows"]``."""
-    dirs = list(results_dirs)
-    rows, invalid = read_checked(dirs)  # each row file read and checked once (store.integrity)
-    df = placed(rows, page_ceilings(dirs))
-    df.attrs["invalid_rows"] = invalid
-    return df
 
 
 def device_label(df: pd.DataFrame) -> pd.Series:

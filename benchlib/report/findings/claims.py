@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..evidence.samples import METRICS, SampleFiles, SampleReader, compare_rows
+from ..evidence.samples import METRICS, SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, config_key, device_label
 from ..evidence.stats import PRACTICAL_THRESHOLD, Comparison, within_threshold
+from ..readback.samples import SampleFiles
 from ..words import fmt
 from ..words.sentences import ratio_interval
 from .caveats import measured_rows

@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 
 from ..evidence import stats
-from ..evidence.samples import SampleFiles, SampleReader
+from ..evidence.samples import SampleReader
+from ..readback.samples import SampleFiles
 from .caveats import failures, measured_rows, not_run, warnings
 from .claims import batch_sizes, devices, models, unsupported
 from .precisions import precision_sentences

@@ -14,8 +14,10 @@ import json
 
 import pandas as pd
 
-from ..evidence.samples import SampleFiles, SampleReader, compare_rows
+from ...store.identity import settings_of
+from ..evidence.samples import SampleReader, compare_rows
 from ..evidence.selection import device_label
+from ..readback.samples import SampleFiles
 from ..tables.explain_rows import explain_sides
 from ..words import fmt
 from .caveats import measured_rows
@@ -28,10 +30,7 @@ NOT_COMPARED = ("precision", "variant", "seed")
 
 def _alike(settings_json: object) -> str:
     """A row's settings without ``NOT_COMPARED``: two rows alike but for their precision share it."""
-    try:
-        settings = dict(json.loads(str(settings_json or "{}")))
-    except ValueError:
-        settings = {}
+    settings = settings_of(settings_json)
     return json.dumps({k: v for k, v in settings.items() if k not in NOT_COMPARED}, sort_keys=True)
 
 

@@ -72,23 +72,6 @@ def layer_file_of(row: Mapping[str, Any]) -> Path | None:
     return ResultsLayout.of(str(folder)).layers_path(str(row["machine"]), str(row["run_id"])) if folder else None
 
 
-def layer_files_of(rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[Mapping[str, Any]]]:
-    """The per-layer files of ``rows`` (one per run that has one, read and migrated) and the rows without one."""
-    found: list[dict[str, Any]] = []
-    missing: list[Mapping[str, Any]] = []
-    for row in rows.to_dict("records"):
-        path = layer_file_of(row)
-        if path is None or not path.is_file():
-            missing.append(row)
-            continue
-        try:
-            found.append(read_layer_file(path))
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)
-            missing.append(row)
-    return found, missing
-
-
 def load_predictions(results_dirs: Iterable[str | Path]) -> pd.DataFrame:
     """Every results folder's ``predictions.csv`` (a study's ``predict_on``), stacked; empty where none has one. A
     file that cannot be read is warned about and skipped, as a per-layer file is."""

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..evidence.samples import SampleFiles, SampleReader, compare_rows
+from ..evidence.samples import SampleReader, compare_rows
 from ..evidence.selection import BASELINE_VARIANTS, column_median, device_label, ok_rows
 from ..evidence.stats import Comparison
+from ..readback.samples import SampleFiles
 
 SPEEDUP_COLUMNS = ["model", "batch_size", "device_a", "device_b", "speedup", "ci_low", "ci_high", "p_value", "verdict",
                    "level", "speedup_text"]

@@ -1,12 +1,12 @@
 """Two sides' rows with their per-layer files, verdicts and noise floor, handed to ``explain``.
 
-A side's runs are its rows' per-layer files (``readback.layers``); a row without one is named with the command
-that measures it. The verdict a split must agree with is the rows' own (``samples.compare_rows``, B against A):
-the training step's time for the step, the batch-1 latency for the forward.
+A side's runs are its rows' per-layer files (read by the sample reader, ``readback.samples``); a row without
+one is named with the command that measures it. The verdict a split must agree with is the rows' own
+(``samples.compare_rows``, B against A): the training step's time for the step, the batch-1 latency for the
+forward.
 """
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 
 from ...spec.settings import RunSettings
+from ...store.identity import settings_of
 from ..evidence.diff import paired
-from ..evidence.samples import MIN_RUNS, SampleFiles, SampleReader, compare_rows, noise_floor_pct
+from ..evidence.samples import MIN_RUNS, SampleReader, compare_rows, noise_floor_pct
 from ..evidence.stats import PRACTICAL_THRESHOLD
-from ..readback.layers import layer_files_of
+from ..readback.samples import SampleFiles
 from .explain import INFERENCE, PER_SAMPLE, TRAINING, Explanation, LayerRun, explain, per_sample, run_of
 
 # the rows' metric whose verdict a split must agree with (per sample: throughput, higher is faster)
@@ -44,10 +45,7 @@ class Explained:
 def layers_command(row: Mapping[str, Any]) -> str:
     """The ``benchlib layers`` command that measures a row's per-layer file under its own run id: its device,
     model, batch size and every setting that differs from the default."""
-    try:
-        settings = dict(json.loads(str(row.get("settings_json") or "{}")))
-    except ValueError:
-        settings = {}
+    settings = settings_of(row.get("settings_json"))
     default = RunSettings().flat()
     sets = [f"{k}={v}" for k, v in sorted(settings.items())
             if k != "dataset" and k in default and v != default[k] and v is not None]
@@ -76,8 +74,8 @@ def explain_sides(label: str, side_a: pd.DataFrame, side_b: pd.DataFrame, *, rea
     verdict a split rests on is taken at that table's level, so identical sides get a split (and a part named a
     cause) in at most ALPHA of tables, as the table's own claims are."""
     reader = reader or SampleFiles()
-    files_a, missing_a = layer_files_of(side_a)
-    files_b, missing_b = layer_files_of(side_b)
+    files_a, missing_a = reader.layer_files(side_a)
+    files_b, missing_b = reader.layer_files(side_b)
     out = Explained(label)
     for side, rows in (("A", missing_a), ("B", missing_b)):
         out.missing += [f"{side}: {label} ({row['run_id']}) has no per-layer table; measure it with "

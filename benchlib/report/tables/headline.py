@@ -15,9 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from ...store.identity import settings_of
 from ...store.rows import flag_mask
-from ..evidence.samples import NOISE_FLAGS, SampleFiles, SampleReader, figure
+from ..evidence.samples import NOISE_FLAGS, SampleReader, figure
 from ..evidence.selection import column_median, config_key, device_label, ok_rows
+from ..readback.samples import SampleFiles
 from ..words import fmt
 
 # shown name -> (row column, formatter); the row column is aggregated as the median over seeds
@@ -223,8 +225,7 @@ def settings_table(df: pd.DataFrame, main: bool = True) -> pd.DataFrame:
     if main:
         rows += [{"setting": name, "value": _listed(df[column].dropna().tolist())}
                  for column, name in GRID.items() if column in df]
-    parsed = [json.loads(s) for s in df.get("settings_json", pd.Series(dtype=str)).dropna()
-              if isinstance(s, str) and s.startswith("{")]
+    parsed = [p for s in df.get("settings_json", pd.Series(dtype=str)).dropna() if (p := settings_of(s))]
     settings = pd.DataFrame(parsed)
     keys = [k for k in FIRST if k in settings] if main else sorted(k for k in settings if k not in FIRST)
     for key in keys:
