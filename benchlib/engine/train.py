@@ -89,6 +89,26 @@ def check_losses(losses: list[float], first_step: int) -> None:
             raise NonFiniteLossError(f"non-finite training loss ({value}) at step {first_step + i}")
 
 
+def _new_shuffle(loader: Iterable, epoch: int) -> None:
+    """A DistributedSampler's new shuffle for ``epoch``, the same on every rank (nothing for other loaders)."""
+    set_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
+    if set_epoch is not None:
+        set_epoch(epoch)
+
+
+def _keep_step_times(result: TrainResult, times: list[float], step: int, warmup_steps: int,
+                     batch_sizes: list[int]) -> None:
+    """An epoch's step times (its last ``len(times)`` steps, ending before ``step``) into the warmup's or the
+    timed steps', with the samples the timed ones trained."""
+    first = step - len(times)
+    for i, seconds in enumerate(times):
+        if first + i < warmup_steps:
+            result.warmup_step_s.append(seconds)
+        else:
+            result.step_s.append(seconds)
+            result.timed_samples += batch_sizes[i]
+
+
 def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, *,
           progress: ProgressFn | None = None, heartbeat: ProgressFn | None = None,
           after_epoch: AfterEpoch | None = None, at_timed_start: Callable[[], None] | None = None) -> TrainResult:
@@ -118,10 +138,7 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
         steps_this_epoch = min(batches_per_epoch, total - step)
         batch_sizes: list[int] = []
         losses: list[torch.Tensor] = []
-        sampler = getattr(loader, "sampler", None)
-        set_epoch = getattr(sampler, "set_epoch", None)
-        if set_epoch is not None:  # DistributedSampler: a new shuffle each epoch, the same on every rank
-            set_epoch(epoch)
+        _new_shuffle(loader, epoch)
         t.net.train()
         with RegionClock(t.device) as clock:
             batches = iter(loader)
@@ -152,14 +169,7 @@ def train(t: Trainer, loader: Iterable, s: RunSettings, batches_per_epoch: int, 
                     heartbeat(f"epoch {epoch + 1}/{epochs} step {step}/{total}")
                     last_report = time.monotonic()
             del batches
-        times = timer.collect()
-        first = step - len(times)
-        for i, seconds in enumerate(times):
-            if first + i < s.warmup_steps:
-                result.warmup_step_s.append(seconds)
-            else:
-                result.step_s.append(seconds)
-                result.timed_samples += batch_sizes[i]
+        _keep_step_times(result, timer.collect(), step, s.warmup_steps, batch_sizes)
         compiles_here = epoch == 0 and t.knobs.compile != "off"  # compile time is compile_s, not epoch time
         if steps_this_epoch == batches_per_epoch and not compiles_here:
             result.epoch_s.append(clock.seconds)

@@ -294,22 +294,7 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         n_bytes = n_bytes if copy_bytes else copy_bytes_for(gpu, n_bytes)
         n = n if matmul_size else matmul_size_for(gpu, n, element_bytes=4)
 
-    skipped: dict[str, str] = {}
-    if dtypes is None:
-        chosen = []
-        for name in DEFAULT_DTYPES[dev.type]:
-            reason = _dtype_unsupported_reason(name, dev)
-            if reason is None:
-                chosen.append(name)
-            else:
-                skipped[name] = reason
-    else:
-        chosen = list(dict.fromkeys(dtypes))
-        for name in chosen:
-            reason = _dtype_unsupported_reason(name, dev)
-            if reason is not None:
-                raise ValueError(reason)
-
+    chosen, skipped = _chosen_dtypes(dtypes, dev)
     shape, kernel = list(conv_shape or DEFAULT_CONV_SHAPE[dev.type]), CONV_KERNEL[dev.type]
     if dev.type == "cuda" and not conv_shape:  # its input and output within the copy's share of free memory
         while shape[0] > 1 and 2 * shape[0] * shape[1] * shape[2] ** 2 * 4 > n_bytes:
@@ -353,18 +338,37 @@ def measure_ceilings(device: str | torch.device = "cpu", *, dtypes: Sequence[str
         kind_flops_per_s=kind_flops, kind_bandwidth_bytes_per_s=kind_bandwidth,
         torch=torch.__version__, driver=driver_version()[0] if dev.type == "cuda" else None,
         measured_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        method=(
-            f"compute: the higher of two products per dtype. C = A @ B, square n={n}, {matmul_flops(n)} FLOPs "
-            f"(2*n^3) per product, C preallocated; a {kernel}x{kernel} convolution, stride 1, same padding, "
-            f"channels-last, batch {shape[0]}, {shape[1]} channels in and out, {shape[2]}x{shape[2]} pixels, "
-            f"{conv_flops(shape[0], shape[1], shape[2], kernel)} FLOPs; "
-            f"{warmup} warmup products, then {repeats} timed repeats, each synchronized at both ends and looping "
-            f"enough products to last >= {MIN_REPEAT_S} s; a sample is one repeat's seconds / its products; "
-            "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "
-            f"bandwidth: dst.copy_(src) of {n_bytes} bytes, moved = read + written = {2 * n_bytes} bytes per copy, "
-            "timed the same way; bandwidth = bytes moved / median sample, or the DRAM add's where higher. "
-            f"Per kind of operation (each layer is judged by its own): {kinds.method}"
-        ),
+        method=_method(n, shape, kernel, n_bytes, repeats, warmup, kinds.method),
+    )
+
+
+def _chosen_dtypes(dtypes: Sequence[str] | None, dev: torch.device) -> tuple[list[str], dict[str, str]]:
+    """The dtypes to measure and, of the defaults, those that do not run here with why; a dtype asked for
+    explicitly that does not run is a ValueError."""
+    if dtypes is not None:
+        chosen = list(dict.fromkeys(dtypes))
+        for name in chosen:
+            if (reason := _dtype_unsupported_reason(name, dev)) is not None:
+                raise ValueError(reason)
+        return chosen, {}
+    reasons = {name: _dtype_unsupported_reason(name, dev) for name in DEFAULT_DTYPES[dev.type]}
+    return [n for n, r in reasons.items() if r is None], {n: r for n, r in reasons.items() if r is not None}
+
+
+def _method(n: int, shape: Sequence[int], kernel: int, n_bytes: int, repeats: int, warmup: int,
+            kinds_method: str) -> str:
+    """How the ceilings were measured, in words, with every size used."""
+    return (
+        f"compute: the higher of two products per dtype. C = A @ B, square n={n}, {matmul_flops(n)} FLOPs "
+        f"(2*n^3) per product, C preallocated; a {kernel}x{kernel} convolution, stride 1, same padding, "
+        f"channels-last, batch {shape[0]}, {shape[1]} channels in and out, {shape[2]}x{shape[2]} pixels, "
+        f"{conv_flops(shape[0], shape[1], shape[2], kernel)} FLOPs; "
+        f"{warmup} warmup products, then {repeats} timed repeats, each synchronized at both ends and looping "
+        f"enough products to last >= {MIN_REPEAT_S} s; a sample is one repeat's seconds / its products; "
+        "peak = FLOPs / median sample. CUDA fp32 with TF32 off, tf32 with TF32 on (setting restored). "
+        f"bandwidth: dst.copy_(src) of {n_bytes} bytes, moved = read + written = {2 * n_bytes} bytes per copy, "
+        "timed the same way; bandwidth = bytes moved / median sample, or the DRAM add's where higher. "
+        f"Per kind of operation (each layer is judged by its own): {kinds_method}"
     )
 
 

@@ -208,11 +208,9 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
     roofs_sd = math.sqrt(sum((weights.get(home, 0.0) * sd) ** 2 for home, sd in noise.items()))
     method = METHOD_LOG_SD.get(what, max(METHOD_LOG_SD.values())) if method_log_sd is None else method_log_sd
     spreads = {"runs": run_log_sd, "roofs": roofs_sd, "method": method}
-    sheet = target.method.startswith(NOT_MEASURED)
-    if sheet:
+    if target.method.startswith(NOT_MEASURED):
         spreads["datasheet"] = DATASHEET_LOG_SD
-    across = target.device != source.device
-    if across:
+    if target.device != source.device:
         spreads["across devices"] = ACROSS_DEVICES_LOG_SD
     if there_dtype != dtype:
         spreads["across precisions"] = ACROSS_PRECISIONS_LOG_SD.get(what, max(ACROSS_PRECISIONS_LOG_SD.values()))
@@ -220,23 +218,29 @@ def predict(rows: Sequence[Mapping[str, Any]], plain_s: float, *, dtype: str, so
     whole = Predicted(value, value * math.exp(-Z90 * total), value * math.exp(Z90 * total), plain_s)
     unchanged = float(weights.get("none", 0.0))
     table = table.assign(share=table["predicted_s"] / predicted_sum).sort_values("predicted_s", ascending=False)
-    notes = [] if math.isfinite(run_log_sd) else [
+    return Prediction(what, whole, table[list(PART_COLUMNS)].reset_index(drop=True), spreads,
+                      _weakest(unchanged, table, target, source), _notes(spreads, source, target, dtype, there_dtype),
+                      there_dtype)
+
+
+def _notes(spreads: Mapping[str, float], source: Ceilings, target: Ceilings, dtype: str, there_dtype: str) -> list[str]:
+    """What the interval of a prediction holds beyond the measured spreads (``spreads``' parts), one line each."""
+    notes = [] if math.isfinite(spreads["runs"]) else [
         "one run and no noise floor: the source's run-to-run spread is unknown and left out of the interval"]
-    if sheet:
+    if "datasheet" in spreads:
         notes.append(f"the target's roofs are its {target.method} (a measured roof is lower: the prediction leans "
                      f"fast, and its interval holds {DATASHEET_LOG_SD:.0%} more in the log for it)")
     if there_dtype != dtype:
         notes.append(f"a {dtype} step run in {there_dtype} there: each layer meets the {there_dtype} roof, the casts "
                      f"autocast adds are not in the {dtype} table; weakest of all (a change of precision missed by "
                      "13% training and 43% batch-1 on the CPU that checked it), and its interval says so")
-    if across:
+    if "across devices" in spreads:
         notes.append(f"{source.device} to {target.device}: the interval holds {ACROSS_DEVICES_LOG_SD:.0%} more in the "
                      "log for a change of device type, provisional: not yet checked against a measurement")
     if not METHOD_MEASURED:
-        notes.append(f"the method's own error in the interval ({method:.0%} in the log) is provisional: not "
-                     "yet measured by benchmarks/predict_check.py on a quiet host")
-    return Prediction(what, whole, table[list(PART_COLUMNS)].reset_index(drop=True), spreads,
-                      _weakest(unchanged, table, target, source), notes, there_dtype)
+        notes.append(f"the method's own error in the interval ({spreads['method']:.0%} in the log) is provisional: "
+                     "not yet measured by benchmarks/predict_check.py on a quiet host")
+    return notes
 
 
 def _weakest(unchanged: float, table: pd.DataFrame, target: Ceilings, source: Ceilings) -> str:

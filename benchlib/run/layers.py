@@ -109,22 +109,36 @@ class LayerReport:
 
 
 
-def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
-                   progress: ProgressFn | None = None) -> LayerReport:
-    """Profile ``steps`` training steps of ``cfg`` in blocks of ``block``, interleaved with as many plain
-    steps, and place each layer on the roofline of this machine's ceilings (measured into ``results_dir``
-    when missing)."""
+def _layers_device(cfg: RunConfig, steps: int, block: int) -> torch.device:
+    """The device ``cfg`` is profiled on, or a ``ConfigError`` naming what per-layer timing cannot do."""
     if steps < 1 or block < 1:
         raise ConfigError(f"layers: steps {steps} and block {block}; allowed: integers >= 1")
-    s = cfg.settings
-    if s.knobs.compile != "off":
+    if cfg.settings.knobs.compile != "off":
         raise ConfigError("layers: a compiled model runs fused kernels that no layer owns; allowed: compile: off")
     device = torch.device(resolve_hardware(cfg.hardware))
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(f"layers: {device.type} has no device timeline in torch.profiler to attribute kernels to "
                           "layers; allowed: --device cpu, cuda, cuda:N")
+    check_runs(cfg.settings, str(device))
+    return device
+
+
+def _kernels(cycles: list[Any], on_gpu: bool) -> dict[tuple[str, str], list[str]]:
+    """Per layer and phase, the names of the GPU kernels launched under it (none on a CPU)."""
+    kernels: dict[tuple[str, str], set[str]] = {}
+    for events in cycles if on_gpu else []:
+        for key, names in layer_kernels(events, step_spans(events)).items():
+            kernels.setdefault(key, set()).update(names)
+    return {key: sorted(names) for key, names in kernels.items()}
+
+
+def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, block: int = 5,
+                   progress: ProgressFn | None = None) -> LayerReport:
+    """Profile ``steps`` training steps of ``cfg`` in blocks of ``block``, interleaved with as many plain
+    steps, and place each layer on the roofline of this machine's ceilings (measured into ``results_dir``
+    when missing)."""
+    s, device = cfg.settings, _layers_device(cfg, steps, block)
     on_gpu = device.type == "cuda"
-    check_runs(s, str(device))
     _quiet_kineto(device)
     say = progress_of(progress)
     ceilings = ensure_ceilings(results_dir, device, progress)
@@ -144,8 +158,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
             runner.one()
         call_cost = CallCost() if on_gpu else probe_cost()  # the hooks' calls, before the steps they time
         timed = runner.measure(leaf_modules(built.model), steps, block, on_gpu, call_cost, say)
-        plain, waits, profiled, cycles, hooked = (timed.plain, timed.waits, timed.profiled, timed.cycles,
-                                                  timed.hooked)
+        plain, profiled, cycles = timed.plain, timed.profiled, timed.cycles
         x, _ = next(batches)
         served, served_net = built.model, net
         if s.knobs.quantization != "none":  # the variant serves an int8 copy of the trained model
@@ -154,11 +167,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         forward = Forwards(served_net, in_memory_format(x[:1].to(device), s.knobs), device, s.knobs, call_cost)
         inference = forward.measure(served, steps, block, on_gpu)
         say("layers: batch-1 forwards profiled")
-    per_step = hooked + [step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
-    kernels: dict[tuple[str, str], set[str]] = {}
-    for events in cycles if on_gpu else []:
-        for key, names in layer_kernels(events, step_spans(events)).items():
-            kernels.setdefault(key, set()).update(names)
+    per_step = timed.hooked + [step_rows(events, span, on_gpu) for events in cycles for span in step_spans(events)]
     times = median_per_step(per_step)
     element_bytes = ELEMENT_BYTES[dtype]
     classes = built.loaders.num_classes
@@ -191,7 +200,7 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
                "machine": machine_name(), "cache_bytes": cache_bytes,
                "shapes": layer_shapes(built.model, in_memory_format(x.to(device), s.knobs)),
                **({} if on_gpu else {"hook_call_cost_s": call_cost.to_json()})},
-        plain_steps_s=plain, plain_data_wait_s=waits, per_step=series(per_step))
+        plain_steps_s=plain, plain_data_wait_s=timed.waits, per_step=series(per_step))
     if served is built.model:
         report.inference = _inference_figures(inference, count_forward_work(built.model, sample[:1]), kinds, peak,
                                               bandwidth, element_bytes, cache_bytes, ops, roof_of)
@@ -200,12 +209,8 @@ def measure_layers(cfg: RunConfig, results_dir: str | Path, *, steps: int = 20, 
         report.inference = _int8_inference_figures(inference, served)
         report.notes.append(f"batch-1 forward: the {s.knobs.quantization} int8 copy the variant serves, timed "
                             "per layer but placed on no roof (no int8 roof is measured)")
-    report.kernels = {key: sorted(names) for key, names in kernels.items()}
+    report.kernels = _kernels(cycles, on_gpu)
     report.notes += _notes(report)
-    if on_gpu:
-        report.notes.append("on a GPU each layer's time is the device time of the kernels launched under its "
-                            "range (the backward's under its autograd node); launch gaps, an idle device and "
-                            "host work between them are in the unattributed row")
     return report
 
 
@@ -266,6 +271,10 @@ def _notes(r: LayerReport) -> list[str]:
     if r.model_flops > 0 and abs(r.flops_total / r.model_flops - 1) > 0.01:
         notes.append(f"the layers' FLOPs are {r.flops_total / r.model_flops:.3f}x the model's counted training "
                      "FLOPs (expected within 1%)")
+    if str(r.about.get("device", "")).startswith("cuda"):
+        notes.append("on a GPU each layer's time is the device time of the kernels launched under its range (the "
+                     "backward's under its autograd node); launch gaps, an idle device and host work between them "
+                     "are in the unattributed row")
     return notes
 
 
