@@ -13,6 +13,7 @@ import pytest
 
 from benchlib.pipeline import publish
 from benchlib.report.display import site
+from benchlib.report.words import fmt
 from benchlib.store.layout import ReportLayout, ResultsLayout
 
 HREF = re.compile(r'href="([^"]+)"')
@@ -133,6 +134,35 @@ def test_headline_memory_is_the_devices_own_peak_above_its_baseline(hardware, ex
                           "train_samples_per_s": 1.0, "peak_rss_bytes": 2**30, "rss_baseline_bytes": 2**28,
                           "peak_cuda_allocated_bytes": 5 * 2**20}])
     assert site.headline_rows(rows)["peak_memory"].tolist() == [expected]
+
+
+def test_the_index_gives_the_summarys_training_throughput():
+    """One figure under one name: the index (copied rows, no samples), the summary's headline (samples) and its
+    bar chart all give the batch over each run's median step, geometric mean over the runs, never the row's
+    samples over summed steps (a noisy run's mean step sits 12% above its median) nor the luckiest seed."""
+    import numpy as np
+
+    from benchlib.report.readback.samples import SampleFiles
+    from benchlib.report.tables import headline
+
+    medians = {"c__seed0": 0.25, "c__seed1": 0.20, "c__seed2": 0.32}
+    rows = pd.DataFrame([{"machine": "m", "hardware": "cpu", "model": "resnet18", "status": "ok", "batch_size": 64,
+                          "variant": "default", "run_id": run_id, "train_step_s_median": step,
+                          "train_samples_per_s": 64 / (step * 1.12), "results_dir": "r"}
+                         for run_id, step in medians.items()])
+
+    class Steps(SampleFiles):
+        def __call__(self, row):
+            step = medians[row["run_id"]]
+            return pd.DataFrame({"series": "train_step_s", "value": [step * 0.9, step, step * 1.6]})
+
+    expected = float(np.exp(np.mean(np.log([64 / s for s in medians.values()]))))
+    index = site.headline_rows(rows)
+    assert len(index) == 1 and index["train_samples_per_s"].iloc[0] == pytest.approx(expected)
+    summary = headline.headline_table(rows, reader=Steps()).table["train (samples/s)"].iloc[0]
+    assert summary == fmt.significant(expected) and f">{fmt.samples_per_s_text(expected)}<" in site.headline_table(rows)
+    bars = headline.as_compared(rows, Steps())["train_samples_per_s"]
+    assert bars.tolist() == pytest.approx([64 / s for s in medians.values()])
 
 
 def test_an_empty_reports_folder_says_how_to_make_a_report(tmp_path):

@@ -124,10 +124,12 @@ def noise_floor(df: pd.DataFrame, floors: list[NoiseFloor]) -> None:
         display(show.table(noise_floor_table(floors), text=True))
 
 
-def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
-    """Throughput, latency, memory above baseline and accuracy per model and device."""
+def metric_figures(df: pd.DataFrame, figures_dir: str, reader: SampleReader | None = None) -> None:
+    """Throughput, latency, memory above baseline and accuracy per model and device (each throughput run by run as
+    the headline and the ratios take it, ``headline.as_compared``)."""
     metrics = ("train_samples_per_s", "infer_samples_per_s", "latency_ms_p50", style.MEMORY_METRIC, "test_accuracy")
-    figures = [charts.metric_bars(df, m, figures_dir) for m in metrics]
+    compared = headline.as_compared(df, reader or SampleFiles())
+    figures = [charts.metric_bars(compared, m, figures_dir) for m in metrics]
     if any(f is not None for f in figures):
         show.heading("Throughput, latency, memory and accuracy")
         show.figures(figures)
