@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import glob
 import itertools
 import json
 import math
@@ -60,16 +59,30 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
+from gpu_harness import (
+    FAILURE_ENV,
+    ROOT,
+    Budget,
+    FindingsFile,
+    Run,
+    Section,
+    Watch,
+    child_env,
+    install_carried_wheels,
+    kill_group,
+    run_command,
+    run_sections,
+    section_log,
+    tail_lines,
+    verdict_lines,
+)
 from gpu_judges import SYNC_WARNING, TF32_KERNEL, WINOGRAD_KERNEL, sync_messages
 from torch import nn
 
@@ -79,7 +92,7 @@ from benchlib.engine.step import Trainer, make_optimizer, train_step
 from benchlib.env.devices import cuda_uuids, device_name, synchronize
 from benchlib.env.manifest import driver_version
 from benchlib.env.tf32 import tf32
-from benchlib.instruments.nvml import NvmlDevices, nvml_reason, pynvml
+from benchlib.instruments.nvml import NvmlDevices, pynvml
 from benchlib.instruments.profiler import device_work_kind, event_interval, is_host_event
 from benchlib.instruments.samples import Samples
 from benchlib.instruments.timing import StepTimer
@@ -88,14 +101,9 @@ from benchlib.roofline.ceilings import CONV_KERNEL, DEFAULT_CONV_SHAPE, conv_flo
 from benchlib.spec.knobs import Knobs
 from benchlib.spec.settings import RunSettings
 
-ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 NEEDS_CUDA = "needs CUDA"
-WATCH_INTERVAL_S = 0.5
 GAP_MIN_US = 5.0  # an idle stretch of the device timeline shorter than this is a launch's own latency
-HARD_STOP_GRACE_S = 20.0  # past its budget a section is interrupted (SIGALRM) this much later
-FAILURE_ENV = "BENCHLIB_GPU_SESSION_FAIL"  # sections that raise at their start (tests: a failure is logged)
-EXTRA_PATHS: list[str] = []  # where carried wheels were installed: on this process's path and its children's
 
 
 # ---------------------------------------------------------------- sizes
@@ -143,188 +151,6 @@ CPU = replace(QUICK, gap_model="test_resnet", gap_fallback="resnet18", gap_batch
               cli_px=32, cli_steps=3)
 
 
-# ---------------------------------------------------------------- findings and the watch
-
-class FindingsFile:
-    """``findings.jsonl``: one JSON object a line, flushed and synced as written, each with its ``t_s`` (seconds
-    since the session began)."""
-
-    def __init__(self, path: Path, t0: float) -> None:
-        self.path, self.t0 = path, t0
-        self._fh: IO[str] = path.open("a")
-        self._lock = threading.Lock()
-        self.judged: list[tuple[str, bool | None]] = []  # (a finding with its rule, its verdict)
-
-    def write(self, record: dict[str, Any]) -> None:
-        if "rule" in record:  # a judged finding: kept for the verdicts the session ends with
-            label = ", ".join(f"{k} {record[k]}" for k in ("optimizer", "batch") if k in record)
-            self.judged.append((f"{record['finding']}{f' ({label})' if label else ''}: {record['rule']}",
-                                record.get("passed")))
-        line = json.dumps(plain({**record, "t_s": round(time.monotonic() - self.t0, 2)}), allow_nan=False)
-        with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
-            with contextlib.suppress(OSError):
-                os.fsync(self._fh.fileno())
-        print(f"[gpu_session] {line[:200]}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def plain(value: Any) -> Any:
-    """``value`` as strict JSON holds it: a float that is not finite as its name ("inf", "nan"), tuples as
-    lists, anything else JSON lacks as its ``str``."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    return str(value)
-
-
-def reason_table() -> dict[int, str]:
-    """NVML's clock-event ("throttle") reason bits by name, from whichever spelling this pynvml exports."""
-    if pynvml is None:
-        return {}
-    for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
-        table = {int(getattr(pynvml, n)): n[len(prefix):] for n in dir(pynvml)
-                 if n.startswith(prefix) and n[len(prefix):] not in ("All", "None", "UserDefinedClocks")}
-        if table:
-            return table
-    return {}
-
-
-def reason_names(mask: int, table: dict[int, str]) -> list[str]:
-    """The names of the bits set in ``mask``; a bit the table lacks as its hex value."""
-    names = [name for bit, name in sorted(table.items()) if bit and mask & bit]
-    unknown = mask & ~sum(table)
-    return names + ([hex(unknown)] if unknown else [])
-
-
-def _reasons_reader() -> Callable[[Any], int] | None:
-    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-        if pynvml is not None and hasattr(pynvml, name):
-            return getattr(pynvml, name)  # type: ignore[no-any-return]
-    return None
-
-
-class Watch:
-    """NVML read every ``interval_s`` in a thread, one line a sample into ``watch.jsonl``: SM clock, power,
-    clock-event reasons, temperature, and the section running. Where NVML cannot be opened the file holds one
-    ``{"no NVML": why}`` line and no thread runs."""
-
-    def __init__(self, path: Path, t0: float, uuids: Sequence[str] | None, interval_s: float = WATCH_INTERVAL_S):
-        self.path, self.t0, self.interval_s = path, t0, interval_s
-        self.section = "session"
-        self._seen: dict[str, dict[str, Any]] = {}  # per section: what the samples held
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._fh = path.open("a")
-        self._nvml = NvmlDevices(uuids=uuids) if uuids else NvmlDevices()
-        if not self._nvml.handles:
-            self._line({"no NVML": "; ".join(f"{k}: {v}" for k, v in self._nvml.missing.items()) or "no handle"})
-            self._nvml.close()
-            return
-        self._table, self._reasons = reason_table(), _reasons_reader()
-        self._failed: dict[tuple[int, str], str] = {}  # (GPU, reading) that failed: not asked again
-        self._thread = threading.Thread(target=self._run, name="gpu-session-watch", daemon=True)
-        self._thread.start()
-
-    def _line(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps({"t_s": round(time.monotonic() - self.t0, 2), **record}) + "\n")
-        self._fh.flush()
-
-    def _read(self, gpu: int, what: str, fn: Callable[[], Any]) -> Any:
-        if (gpu, what) in self._failed:
-            return None
-        try:
-            return fn()
-        except pynvml.NVMLError as exc:
-            self._failed[(gpu, what)] = nvml_reason(exc)
-            self._line({"gpu": gpu, "gpu_unreadable": what, "why": self._failed[(gpu, what)]})
-            return None
-
-    def sample(self) -> None:
-        for key, h in self._nvml.handles.items():
-            mask = self._read(key, "clock_event_reasons", lambda h=h: int(self._reasons(h))) if self._reasons else None
-            power_mw = self._read(key, "power", lambda h=h: pynvml.nvmlDeviceGetPowerUsage(h))
-            record = {
-                "section": self.section, "gpu": key,
-                "sm_clock_mhz": self._read(key, "sm_clock", lambda h=h: pynvml.nvmlDeviceGetClockInfo(
-                    h, pynvml.NVML_CLOCK_SM)),
-                "power_w": power_mw / 1000.0 if power_mw is not None else None,
-                "temp_c": self._read(key, "temperature", lambda h=h: pynvml.nvmlDeviceGetTemperature(
-                    h, pynvml.NVML_TEMPERATURE_GPU)),
-                "clock_event_reasons": mask,
-                "reasons": reason_names(mask, self._table) if mask is not None else None,
-            }
-            self._line(record)
-            with self._lock:
-                seen = self._seen.setdefault(record["section"], {"samples": 0, "sm_clock_mhz": [], "power_w": [],
-                                                                 "temp_c": [], "reasons": set()})
-                seen["samples"] += 1
-                for k in ("sm_clock_mhz", "power_w", "temp_c"):
-                    if record[k] is not None:
-                        seen[k].append(record[k])
-                seen["reasons"].update(record["reasons"] or ())
-
-    def summary(self, section: str) -> dict[str, Any] | None:
-        """What the samples taken while ``section`` ran held: SM clock and power range, hottest, reasons seen."""
-        with self._lock:
-            seen = self._seen.get(section)
-            if seen is None:
-                return None
-            out: dict[str, Any] = {"samples": seen["samples"], "reasons_seen": sorted(seen["reasons"])}
-            for k in ("sm_clock_mhz", "power_w"):
-                values = seen[k]
-                out[f"{k}_min_median_max"] = [min(values), statistics.median(values), max(values)] if values else None
-            out["temp_c_max"] = max(seen["temp_c"]) if seen["temp_c"] else None
-            return out
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._nvml.close()
-        self._fh.close()
-
-
-# ---------------------------------------------------------------- one section's context, budget and stop
-
-class SectionOverrun(BaseException):
-    """Raised by SIGALRM in a section past its budget (a BaseException: no section's own handler keeps it)."""
-
-
-@contextlib.contextmanager
-def hard_stop(seconds: float) -> Iterator[None]:
-    """Interrupt the block ``seconds`` from now (main thread, POSIX; elsewhere the block's own checks stop it).
-    A CUDA call in flight finishes first: Python handles the signal between bytecodes."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(_signum: int, _frame: Any) -> None:
-        raise SectionOverrun(f"interrupted {seconds:.0f} s in, past its budget")
-
-    before = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
-
-
 @dataclass
 class Session:
     device: torch.device
@@ -340,48 +166,6 @@ class Session:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
-
-
-class Run(NamedTuple):
-    rc: int | None  # None: killed at its timeout
-    stdout: str
-    stderr: str
-    seconds: float
-
-
-def child_env() -> dict[str, str]:
-    """The environment of the commands a section starts: this checkout (and carried wheels) importable first."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *EXTRA_PATHS, *filter(None, [os.environ.get("PYTHONPATH")])])
-    return env
-
-
-def run_command(cmd: Sequence[str], timeout_s: float) -> Run:
-    """``cmd`` in its own process group, killed as a group at ``timeout_s`` or if this process is interrupted."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=child_env(), start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=max(1.0, timeout_s))
-        return Run(proc.returncode, out, err, time.monotonic() - t0)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return Run(None, out, err, time.monotonic() - t0)
-    finally:
-        if proc.poll() is None:
-            _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def _tail(text: str, lines: int = 3) -> list[str]:
-    return [line[:300] for line in text.strip().splitlines()[-lines:]]
 
 
 def _skip(s: Session, finding: str, why: str) -> None:
@@ -969,7 +753,7 @@ def _run_finding(done: Run) -> dict[str, Any]:
     refusal = [line for line in done.stderr.strip().splitlines() if line.startswith("benchlib: error:")]
     return {"rc": done.rc, "seconds": round(done.seconds, 1), **_row(done),
             "stderr_lines": len(done.stderr.strip().splitlines()), "refusal": refusal[0][:400] if refusal else None,
-            "stderr_tail": _tail(done.stderr) if done.rc else None}
+            "stderr_tail": tail_lines(done.stderr) if done.rc else None}
 
 
 def cli_gpu_amp(s: Session) -> None:
@@ -1028,7 +812,7 @@ def ballast(device: torch.device, keep_free_bytes: int, cpu_bytes: int, life_s: 
         with contextlib.suppress(OSError):
             if proc.stdin:
                 proc.stdin.close()
-        _kill_group(proc)
+        kill_group(proc)
         info["killed"] = proc.poll() is not None
         info["returncode"] = proc.returncode
 
@@ -1082,7 +866,7 @@ def _small_memory_runs(s: Session) -> None:
     checks = [{k: c.get(k) for k in ("name", "figure", "passed", "detail")} for c in report.get("checks", [])]
     s.log(finding="acceptance sized to the free memory", args=args, rc=done.rc, seconds=round(done.seconds, 1),
           sizes=report.get("sizes"), sizes_why=report.get("sizes_why") or notes, checks=checks,
-          stderr_tail=_tail(done.stderr) if done.rc not in (0, 1) else None)
+          stderr_tail=tail_lines(done.stderr) if done.rc not in (0, 1) else None)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -1120,12 +904,13 @@ def predict_then_measure(s: Session) -> None:
                         "--results-dir", str(target), "--shapes-of", str(source)], min(s.left(), 90))
     ceilings = sorted((target / "ceilings").glob("*.json"))
     if done.rc != 0 or not ceilings:
-        s.log(finding="target ceilings", rc=done.rc, seconds=round(done.seconds, 1), stderr_tail=_tail(done.stderr))
+        s.log(finding="target ceilings", rc=done.rc, seconds=round(done.seconds, 1),
+              stderr_tail=tail_lines(done.stderr))
         return
     said = run_command([sys.executable, "-m", "benchlib", "predict", str(source), "--on", str(ceilings[0]),
                         "--json"], min(s.left(), 60))
     if said.rc != 0:
-        s.log(finding="predicted step", rc=said.rc, stderr_tail=_tail(said.stderr))
+        s.log(finding="predicted step", rc=said.rc, stderr_tail=tail_lines(said.stderr))
         return
     rows = json.loads(said.stdout)["rows"]
     (s.out / "predicted.json").write_text(said.stdout)  # on disk before anything is measured here
@@ -1139,7 +924,7 @@ def predict_then_measure(s: Session) -> None:
         ran = run_command([sys.executable, "-m", "benchlib", "layers", "-q", "--model", model, "--device",
                            str(s.device), *PREDICT_LAYERS, "--results-dir", str(target), "--json"], s.left() - 5)
         if ran.rc != 0:
-            s.log(finding="measured against predicted", model=model, rc=ran.rc, stderr_tail=_tail(ran.stderr))
+            s.log(finding="measured against predicted", model=model, rc=ran.rc, stderr_tail=tail_lines(ran.stderr))
             continue
         got = json.loads(ran.stdout)
         measured = {"train_step_s": float(got["step_s"]),
@@ -1199,14 +984,6 @@ def bf16_profile(s: Session) -> None:
                                                  for k in moved[:12]])
 
 
-@dataclass(frozen=True)
-class Section:
-    name: str
-    run: Callable[[Session], None]
-    budget_s: float  # at most this long (interrupted HARD_STOP_GRACE_S later)
-    min_s: float  # not started with less than this left of the session's budget
-
-
 SECTIONS = [
     Section("predict", predict_then_measure, 75, 30),  # first: the prediction is written before anything runs
     Section("fused_sgd", fused_sgd, 30, 10),
@@ -1216,15 +993,6 @@ SECTIONS = [
     Section("small_memory", small_memory, 100, 60),
     Section("bf16_profile", bf16_profile, 45, 20),
 ]
-
-
-@dataclass
-class Budget:
-    total_s: float
-    t0: float = field(default_factory=time.monotonic)
-
-    def left(self) -> float:
-        return self.total_s - (time.monotonic() - self.t0)
 
 
 # Each finding's rule, written before the run, and its judge (True pass, False fail, None: not judged, with why).
@@ -1269,65 +1037,6 @@ def verdict(fields: dict[str, Any]) -> dict[str, Any]:
         passed = False
         fields = {**fields, "judge_error": str(exc)}
     return {"rule": rule[0], "passed": passed}
-
-
-def section_log(findings: FindingsFile, section: str) -> Callable[..., None]:
-    """``log(finding=..., **fields)``: one line of ``findings`` in ``section``, with its rule and verdict."""
-    def log(**fields: Any) -> None:
-        findings.write({"section": section, **fields, **verdict(fields)})
-    return log
-
-
-def run_sections(s: Session, sections: Sequence[Section], budget: Budget, findings: FindingsFile,
-                 watch: Watch | None, fail: set[str]) -> dict[str, str]:
-    """Each section in turn, within its own budget and the session's; an error is a finding. Returns each
-    section's outcome (ok, error, skipped)."""
-    outcome: dict[str, str] = {}
-    for sec in sections:
-        s.log = section_log(findings, sec.name)
-        left = budget.left()
-        if left < sec.min_s:
-            s.log(finding="skipped", skipped=f"budget: {left:.0f} s of --budget-s left, the section needs "
-                                             f"{sec.min_s:.0f} s")
-            outcome[sec.name] = "skipped"
-            continue
-        allowed = min(sec.budget_s, left)
-        s.deadline = time.monotonic() + allowed
-        if watch is not None:
-            watch.section = sec.name
-        t0 = time.monotonic()
-        try:
-            if sec.name in fail:
-                raise RuntimeError(f"failure injected by {FAILURE_ENV} (a test of the runner)")
-            with hard_stop(allowed + HARD_STOP_GRACE_S):
-                sec.run(s)
-            outcome[sec.name] = "ok"
-        except (Exception, SectionOverrun) as exc:
-            outcome[sec.name] = "error"
-            s.log(finding="error", error=f"{type(exc).__name__}: {exc}"[:600],
-                  where=[line.strip()[:200] for line in traceback.format_exc().strip().splitlines()[-6:]])
-        finally:
-            with contextlib.suppress(Exception):
-                fresh_state(s.device)
-        s.log(finding="section end", outcome=outcome[sec.name], seconds=round(time.monotonic() - t0, 1),
-              budget_s=round(allowed, 1), watch=watch.summary(sec.name) if watch is not None else None)
-    return outcome
-
-
-def install_carried_wheels(root: Path) -> str | None:
-    """Wheels carried in ``.whl/`` (timm and its pure-Python needs, where the machine lacks them), installed to a
-    temporary folder on ``sys.path``; what was installed, or None."""
-    wheels = sorted(glob.glob(str(root / ".whl" / "*.whl")))
-    if not wheels:
-        return None
-    target = Path(tempfile.gettempdir()) / "gpu_session_site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                           "--upgrade", "--target", str(target), *wheels], capture_output=True, text=True)
-    if done.returncode:
-        return f"not installed (pip exit {done.returncode}: {done.stderr.strip()[-200:]})"
-    sys.path.append(str(target))
-    EXTRA_PATHS.append(str(target))
-    return ", ".join(Path(w).name for w in wheels)
 
 
 def _machine(device: torch.device, sizes: Sizes, args: argparse.Namespace, wheels: str | None) -> dict[str, Any]:
@@ -1379,12 +1088,12 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device if cuda else "cpu")
     sizes = CPU if device.type == "cpu" else QUICK if args.quick else Sizes()
     watch = Watch(args.out / "watch.jsonl", t0, cuda_uuids([device.index or 0]) if device.type == "cuda" else None)
-    session = Session(device, sizes, args.quick, args.out, log=section_log(findings, "session"))
+    session = Session(device, sizes, args.quick, args.out, log=section_log(findings, "session", verdict))
     session.log(finding="machine", **_machine(device, sizes, args, wheels))
     fail = set(filter(None, os.environ.get(FAILURE_ENV, "").split(",")))
     try:
         outcome = run_sections(session, [s for s in SECTIONS if not only or s.name in only], budget, findings,
-                               watch, fail)
+                               watch, fail, verdict)
     finally:
         watch.stop()
     judged = findings.judged
@@ -1395,12 +1104,6 @@ def main(argv: list[str] | None = None) -> int:
     for line in verdict_lines(judged):
         print(line)
     return 0
-
-
-def verdict_lines(judged: list[tuple[str, bool | None]]) -> list[str]:
-    """The session's verdicts, one line each: PASS, FAIL or NOT JUDGED, and the finding with its rule."""
-    mark = {True: "PASS", False: "FAIL", None: "NOT JUDGED"}
-    return [f"{mark[p]:10s} {what}" for what, p in judged]
 
 
 if __name__ == "__main__":

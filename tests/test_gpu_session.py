@@ -1,8 +1,8 @@
-"""The GPU session script (``benchmarks/gpu_session.py``): its plumbing on the CPU in a subprocess (one JSON line
-a finding, every section present, the watch file, exit 0, a section that raises logged and the next one run), and
-its pure parts: the idle gaps of a device timeline, the gap factorial's cells and effects, the batch the
-preflight's refusal names, NVML's clock-event reasons, the watch on a fake NVML, a command killed at its timeout
-and a section stopped past its budget."""
+"""The GPU session script (``benchmarks/gpu_session.py``, its plumbing in ``gpu_harness.py``): on the CPU in a
+subprocess (one JSON line a finding, every section present, the watch file, exit 0, a section that raises logged
+and the next one run), and its pure parts: the idle gaps of a device timeline, the gap factorial's cells and
+effects, the batch the preflight's refusal names, NVML's clock-event reasons, the watch on a fake NVML, a command
+killed at its timeout and a section stopped past its budget."""
 from __future__ import annotations
 
 import importlib.util
@@ -33,7 +33,14 @@ def session():
         yield module
     finally:
         sys.path.remove(str(BENCHMARKS))
-        sys.modules.pop("gpu_session", None)
+        for name in ("gpu_session", "gpu_harness", "gpu_judges"):
+            sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def harness(session):
+    """The session's plumbing (``benchmarks/gpu_harness.py``), as the script imported it."""
+    return sys.modules["gpu_harness"]
 
 
 def _run(out: Path, *args: str, fail: str = "") -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -174,21 +181,21 @@ def test_the_allowed_batch_is_read_from_the_preflights_own_refusal(session, monk
     assert session._allowed_batch("benchlib: error: something else") is None
 
 
-def test_clock_event_reasons_are_named_bit_by_bit(session):
+def test_clock_event_reasons_are_named_bit_by_bit(harness):
     table = {1: "GpuIdle", 4: "SwPowerCap", 8: "HwSlowdown"}
-    assert session.reason_names(4 | 8, table) == ["SwPowerCap", "HwSlowdown"]
-    assert session.reason_names(0, table) == []
-    assert session.reason_names(1 | 0x800, table) == ["GpuIdle", "0x800"], "a bit this pynvml does not name"
-    real = session.reason_table()
+    assert harness.reason_names(4 | 8, table) == ["SwPowerCap", "HwSlowdown"]
+    assert harness.reason_names(0, table) == []
+    assert harness.reason_names(1 | 0x800, table) == ["GpuIdle", "0x800"], "a bit this pynvml does not name"
+    real = harness.reason_table()
     assert real.get(4) == "SwPowerCap" and real.get(0x40) == "HwThermalSlowdown"
 
 
-def test_the_watch_samples_each_gpu_into_its_file_with_the_section_running(session, monkeypatch, tmp_path):
+def test_the_watch_samples_each_gpu_into_its_file_with_the_section_running(harness, monkeypatch, tmp_path):
     import pynvml
 
     FakeNvml.two_boards().install(monkeypatch)  # the second board answers no power (NotSupported)
     monkeypatch.setattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", lambda h: 4 | 0x40)
-    watch = session.Watch(tmp_path / "watch.jsonl", time.monotonic(), None, interval_s=0.01)
+    watch = harness.Watch(tmp_path / "watch.jsonl", time.monotonic(), None, interval_s=0.01)
     watch.section = "timm_gap"
     time.sleep(0.2)
     watch.stop()
@@ -206,18 +213,18 @@ def test_the_watch_samples_each_gpu_into_its_file_with_the_section_running(sessi
     assert summary["temp_c_max"] == 61
 
 
-def test_a_command_past_its_timeout_is_killed_with_its_group(session):
+def test_a_command_past_its_timeout_is_killed_with_its_group(harness):
     t0 = time.monotonic()
-    done = session.run_command([sys.executable, "-c", "import subprocess, sys, time; "
+    done = harness.run_command([sys.executable, "-c", "import subprocess, sys, time; "
                                 "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
                                 "print('started', flush=True); time.sleep(60)"], timeout_s=2)
     assert done.rc is None and "started" in done.stdout and time.monotonic() - t0 < 30
 
 
-def test_a_section_past_its_budget_is_interrupted(session):
+def test_a_section_past_its_budget_is_interrupted(harness):
     t0 = time.monotonic()
-    with pytest.raises(session.SectionOverrun):
-        with session.hard_stop(0.2):
+    with pytest.raises(harness.SectionOverrun):
+        with harness.hard_stop(0.2):
             try:
                 time.sleep(10)
             except Exception:  # a section's own handler does not keep it
@@ -225,8 +232,8 @@ def test_a_section_past_its_budget_is_interrupted(session):
     assert time.monotonic() - t0 < 5
 
 
-def test_findings_are_strict_json(session, tmp_path):
-    findings = session.FindingsFile(tmp_path / "f.jsonl", time.monotonic())
+def test_findings_are_strict_json(harness, tmp_path):
+    findings = harness.FindingsFile(tmp_path / "f.jsonl", time.monotonic())
     findings.write({"section": "s", "finding": "f", "ratio": float("inf"), "nan": float("nan"), "shape": (1, 2),
                     "dtype": object()})
     findings.close()
@@ -273,7 +280,7 @@ def test_each_finding_carries_its_rule_and_verdict_and_the_session_ends_with_the
     assert session.verdict(syncs)["passed"] is False
     assert session.verdict({**syncs, "optimizer": "foreach"})["passed"] is None, "foreach is the control"
     assert session.verdict({"finding": "block", "median_ms": 3.0}) == {}, "informational: no verdict"
-    lines = session.verdict_lines([("a: rule", True), ("b: rule", False), ("c: rule", None)])
+    lines = sys.modules["gpu_harness"].verdict_lines([("a: rule", True), ("b: rule", False), ("c: rule", None)])
     assert lines == ["PASS       a: rule", "FAIL       b: rule", "NOT JUDGED c: rule"]
 
 
