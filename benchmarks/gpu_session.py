@@ -678,6 +678,11 @@ def _innermost_conv_op(event: Any) -> bool:
     return is_host_event(event) and conv(event) and not any(conv(c) for c in event.cpu_children)
 
 
+def _sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant figures."""
+    return float(f"{value:.{digits}g}")
+
+
 def _conv_math(s: Session) -> list[tuple[bool, str]]:
     """(cudnn.benchmark, fp32 | tf32) combinations: all four on CUDA, strict fp32 alone on a CPU."""
     return [(b, m) for b in (False, True) for m in ("fp32", "tf32")] if s.cuda else [(False, "fp32")]
@@ -714,9 +719,9 @@ def conv_kernels(s: Session) -> None:
                         roof_flops_per_s = flops_per_s
                     kernels = names[sh.shape]
                     s.log(finding="convolution", **sh._asdict(), cudnn_benchmark=benchmark,
-                          math=math_mode, flops=sh.flops(), median_ms=round(median_s * 1e3, 4),
-                          tflop_per_s=round(flops_per_s / 1e12, 4),
-                          over_roof=round(flops_per_s / roof_flops_per_s, 4) if roof_flops_per_s else None,
+                          math=math_mode, flops=sh.flops(), median_ms=_sig(median_s * 1e3),
+                          tflop_per_s=_sig(flops_per_s / 1e12),  # significant figures: a CPU's tiny conv is not 0
+                          over_roof=_sig(flops_per_s / roof_flops_per_s) if roof_flops_per_s else None,
                           kernels=list(dict.fromkeys(k for k, _ in kernels)),
                           kernel_us=round(sum(us for _, us in kernels), 2),
                           winograd=any(WINOGRAD_KERNEL.search(k) for k, _ in kernels),

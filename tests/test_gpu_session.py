@@ -77,7 +77,8 @@ def test_every_section_runs_on_the_cpu_and_leaves_its_findings(tmp_path):
     cells = [f for f in by_section["timm_gap"] if f["finding"] == "cell"]
     assert {f["side"] for f in cells} == {"benchlib", "bare"} and all(f["median_ms"] > 0 for f in cells)
     convs = [f for f in by_section["conv_kernels"] if f["finding"] == "convolution"]
-    assert convs and all(f["kernels"] and f["tflop_per_s"] > 0 for f in convs)
+    assert convs and all(f["kernels"] and f["tflop_per_s"] > 0 for f in convs), [
+        (f["shape"], f["kernels"], f["tflop_per_s"]) for f in convs]
     assert any(f["shape"].endswith("(the roof) 32ch 8px") and f["over_roof"] == 1.0 for f in convs)
     row = next(f for f in by_section["cli_gpu_amp"] if f["finding"] == "gpu-amp row")
     assert row["rc"] == 2 and row["stderr_lines"] == 1 and row["refusal"].startswith("benchlib: error:")
