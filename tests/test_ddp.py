@@ -42,8 +42,8 @@ def test_gloo_two_processes_train_agree_and_write_one_row(tmp_path, capfd):
     assert ddp["run_id"] == single["run_id"].replace("__seed0", "__ddp2__seed0")
     assert len(list((tmp_path / "rows").glob("*.json"))) == 2, "one row per run, side by side in one folder"
     scaling = scaling_table(read_results([tmp_path]), "world_size").set_index("world_size")
-    # the speedup is the quotient of the figures the table prints beside it (each run's median step, from its
-    # samples), not of the rows' totals: the ratio and the figures shown are one measurement
+    # the speedup is the quotient of the figures the table prints beside it (each run's samples over its summed
+    # steps, from its samples file): the ratio and the figures shown are one measurement
     assert scaling.loc[2, "speedup"] == pytest.approx(scaling.loc[2, "train_samples_per_s"]
                                                       / scaling.loc[1, "train_samples_per_s"])
     assert scaling.loc[2, "ci_low"] <= scaling.loc[2, "speedup"] <= scaling.loc[2, "ci_high"]

@@ -104,7 +104,7 @@ class Results:
         summary.how_it_was_run(self.rows, *self.rules, self.floors)
 
     def metric_figures(self) -> None:
-        summary.metric_figures(self.rows, self.figures_dir, self.reader)
+        summary.metric_figures(self.rows, self.figures_dir)
 
     def speedups(self) -> None:
         summary.speedups(self.rows, self.reader)

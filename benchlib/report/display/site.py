@@ -21,7 +21,7 @@ from ...store.identity import settings_of
 from ...store.layout import ReportLayout, reports_index, reports_page
 from ..evidence.selection import column_median, config_key
 from ..readback.published import PAIR_PAGES, StudyReport, published_shared
-from ..tables.headline import as_compared, flags, memory_above_baseline
+from ..tables.headline import flags, memory_above_baseline
 from ..words import fmt
 
 SHARED_PAGES = {"columns": "Columns explained", "measurement": "How benchlib measures"}
@@ -142,10 +142,10 @@ def _per_configuration(ok: pd.DataFrame) -> pd.DataFrame:
 
 def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """Per machine, hardware and model: the measured configuration with the highest training throughput, its
-    figures over its runs as the summary's headline gives them (``headline.as_compared``, from the copied rows)."""
+    figures over its runs as the summary's headline gives them."""
     if rows.empty or "status" not in rows:
         return pd.DataFrame()
-    ok = as_compared(rows[rows["status"] == "ok"])
+    ok = rows[rows["status"] == "ok"].copy()
     if ok.empty:
         return ok
     ok["peak_memory"] = memory_above_baseline(ok)  # the summary's figure, so the two pages agree
@@ -173,8 +173,8 @@ def headline_table(rows: pd.DataFrame) -> str:
         body.append(f"<tr>{cells}</tr>")
     return (f'<table class="headline"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             '<p class="note">Per hardware and model, the configuration with the highest training throughput: '
-            "the batch over each run's median step, geometric mean over its runs (the summary's figure); the rest "
-            "median over its runs."
+            "each run's samples over its summed timed steps, geometric mean over its runs (the summary's figure); "
+            "the rest median over its runs."
             " Peak memory above baseline: the CUDA allocator's peak on GPUs, resident memory (RSS) above the "
             "pre-model baseline on CPUs. How sure: the row's flags (interfered, machine drifted, noisy, above roof; "
             "see the summary's warnings). Every configuration, with spreads and intervals, is in the summary.</p>")

@@ -85,9 +85,9 @@ def results(df: pd.DataFrame, reader: SampleReader | None = None) -> None:
     if table.table.empty:
         display(Markdown("*No configuration produced a measurement.*"))
         return
-    display(Markdown(f"One line per configuration. Training and inference throughput at the working batch (the "
-                     "batch over each run's median step, geometric mean over the runs: the figure every comparison "
-                     "divides); "
+    display(Markdown(f"One line per configuration. Training and inference throughput at the working batch (each "
+                     "run's samples over its summed timed work, geometric mean over the runs: the figure every "
+                     "comparison divides); "
                      f"latency of one image (batch 1); {headline.memory_label(df)}; energy per training sample."))
     display(show.table(table.table, text=True))
     if table.notes:
@@ -124,12 +124,10 @@ def noise_floor(df: pd.DataFrame, floors: list[NoiseFloor]) -> None:
         display(show.table(noise_floor_table(floors), text=True))
 
 
-def metric_figures(df: pd.DataFrame, figures_dir: str, reader: SampleReader | None = None) -> None:
-    """Throughput, latency, memory above baseline and accuracy per model and device (each throughput run by run as
-    the headline and the ratios take it, ``headline.as_compared``)."""
+def metric_figures(df: pd.DataFrame, figures_dir: str) -> None:
+    """Throughput, latency, memory above baseline and accuracy per model and device."""
     metrics = ("train_samples_per_s", "infer_samples_per_s", "latency_ms_p50", style.MEMORY_METRIC, "test_accuracy")
-    compared = headline.as_compared(df, reader or SampleFiles())
-    figures = [charts.metric_bars(compared, m, figures_dir) for m in metrics]
+    figures = [charts.metric_bars(df, m, figures_dir) for m in metrics]
     if any(f is not None for f in figures):
         show.heading("Throughput, latency, memory and accuracy")
         show.figures(figures)

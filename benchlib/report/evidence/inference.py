@@ -1,7 +1,8 @@
 """One inference per comparison of runs: a t interval on the logs of the runs' figures, its verdict read off
 that interval, and the smallest change its run count can tell.
 
-A run (a fresh process) gives one figure per metric (the median of its samples). The log of a run's figure
+A run (a fresh process) gives one figure per metric (the median of its samples; a throughput's, its inputs over
+its summed seconds). The log of a run's figure
 varies about its side's mean with a spread ``s``; the comparison's estimate is the difference of the sides'
 mean logs, so its ratio is the quotient of the sides' geometric means (``figure_a``, ``figure_b``: the figures
 printed beside it divide out to it). Its interval is Student's t on that difference, and its test is the same
@@ -34,6 +35,7 @@ from .stats import (
     TARGET_CHANGE,
     Comparison,
     bootstrap_ratio,
+    center_of,
     clean,
     exact_test,
     repeat_hint,
@@ -86,13 +88,13 @@ def runs_to_tell(change: float, log_sd: float, floor_df: int, family: int,
 
 def compare_runs(runs_a: Sequence[Sequence[float] | np.ndarray], runs_b: Sequence[Sequence[float] | np.ndarray], *,
                  higher_is_better: bool, timing: bool = True, floor: Spread | None = None, family: int = 1,
-                 threshold: float = PRACTICAL_THRESHOLD) -> Comparison:
+                 threshold: float = PRACTICAL_THRESHOLD, center: str = "median") -> Comparison:
     """Side ``a`` against side ``b``, each a list of runs (a run: its raw samples, or one figure); ``ratio`` > 1
-    means ``a`` is better. Each run's figure is its median; see the module for the interval, test and verdict.
-    One run a side is judged only with a ``floor``; otherwise the comparison is ``unknown`` (the caller falls
-    back to the steps)."""
-    fa = np.asarray([float(np.median(r)) for r in runs_a if np.size(r)])
-    fb = np.asarray([float(np.median(r)) for r in runs_b if np.size(r)])
+    means ``a`` is better. Each run's figure is its ``center`` (``stats.center_of``: the median, or a
+    throughput's rate); see the module for the interval, test and verdict. One run a side is judged only with a
+    ``floor``; otherwise the comparison is ``unknown`` (the caller falls back to the steps)."""
+    fa = np.asarray([float(center_of(np.asarray(r, dtype=float), center)) for r in runs_a if np.size(r)])
+    fb = np.asarray([float(center_of(np.asarray(r, dtype=float), center)) for r in runs_b if np.size(r)])
     return infer(fa, fb, higher_is_better=higher_is_better, timing=timing, floor=floor, family=family,
                  threshold=threshold)
 
@@ -144,21 +146,22 @@ def infer(figures_a: np.ndarray, figures_b: np.ndarray, *, higher_is_better: boo
 
 def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, higher_is_better: bool,
             timing: bool = True, confidence: float = CONFIDENCE, threshold: float = PRACTICAL_THRESHOLD,
-            seed: int = SEED) -> Comparison:
+            seed: int = SEED, center: str = "median") -> Comparison:
     """How side ``a`` compares with side ``b`` from their raw samples (step times, latencies, throughputs...).
 
-    The ratio is median(a) / median(b) where higher is better (throughput, accuracy), median(b) / median(a)
-    where lower is (times, memory, energy), so > 1 always means ``a`` is better. ``timing`` picks the
-    verdict's words: faster/slower for speed, better/worse for anything else. From ``MIN_BOOTSTRAP`` values a
-    side the interval and its p are one percentile bootstrap of the medians' ratio; under that (a bootstrap of
-    two or three values is far too narrow) the t on the logs of ``inference``. The verdict reads the interval.
+    The ratio is c(a) / c(b) where higher is better (throughput, accuracy), c(b) / c(a) where lower is (times,
+    memory, energy), so > 1 always means ``a`` is better; c is ``center`` (``stats.center_of``: the median, or a
+    throughput's rate). ``timing`` picks the verdict's words: faster/slower for speed, better/worse for anything
+    else. From ``MIN_BOOTSTRAP`` values a side the interval and its p are one percentile bootstrap of that
+    ratio; under that (a bootstrap of two or three values is far too narrow) the t on the logs of ``inference``.
+    The verdict reads the interval.
     """
     xa, xb = clean(a), clean(b)
     n_a, n_b = int(xa.size), int(xb.size)
     first, second = (xa, xb) if higher_is_better else (xb, xa)
     if n_a == 0 or n_b == 0 or np.median(second) <= 0 or np.median(first) < 0:
         return Comparison(math.nan, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
-    ratio = float(np.median(first) / np.median(second))
+    ratio = float(center_of(first, center) / center_of(second, center))
     if n_a < 2 or n_b < 2:
         return Comparison(ratio, math.nan, math.nan, math.nan, "unknown", n_a, n_b)
     words = ("faster", "slower") if timing else ("better", "worse")
@@ -171,9 +174,9 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
         low = high = ratio
         p_value, test = exact
     else:
-        low, high, p_value = bootstrap_ratio(first, second, confidence, seed)
+        low, high, p_value = bootstrap_ratio(first, second, confidence, seed, center)
         test = "bootstrap"
     verdict = verdict_of(ratio, low, high, threshold=threshold, words=words)
     note = undecided_note(low, high, threshold) if verdict == "inconclusive" else ""
     return Comparison(ratio, low, high, p_value, verdict, n_a, n_b, test=test, note=note,
-                      figure_a=float(np.median(xa)), figure_b=float(np.median(xb)))
+                      figure_a=float(center_of(xa, center)), figure_b=float(center_of(xb, center)))

@@ -17,7 +17,7 @@ import pandas as pd
 from ...spec.settings import SEED_SUFFIX
 from .inference import detectable
 from .samples import METRICS, SampleReader, compare_rows, run_samples
-from .stats import CONFIDENCE, hierarchical_medians
+from .stats import CONFIDENCE, center_of, hierarchical_medians
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ def figure_half_width(rows: pd.DataFrame, metric: str, reader: SampleReader, see
     runs = run_samples(rows, m, reader)
     if len(runs) < 2:
         return math.nan, len(runs)
-    boot = hierarchical_medians(runs, rng=np.random.default_rng(seed))
+    boot = hierarchical_medians(runs, rng=np.random.default_rng(seed), center=m.center)
     tail = (1 - CONFIDENCE) / 2 * 100
-    center = float(np.median([np.median(r) for r in runs]))
+    center = float(np.median([center_of(r, m.center) for r in runs]))
     return half_width_pct(center, float(np.percentile(boot, tail)), float(np.percentile(boot, 100 - tail))), len(runs)
 
 
@@ -86,7 +86,7 @@ def study_precision(rows: pd.DataFrame, reader: SampleReader, metric: str = "tra
 def alike_can_tell_pct(rows: pd.DataFrame, metric: str, reader: SampleReader) -> float:
     """The smallest change (%) a comparison of this configuration's runs against as many runs of another, as
     spread, would catch 80% of the time (NaN under two runs)."""
-    figures = [float(np.median(r)) for r in run_samples(rows, METRICS[metric], reader)]
+    figures = [float(center_of(r, METRICS[metric].center)) for r in run_samples(rows, METRICS[metric], reader)]
     logs = np.log([f for f in figures if f > 0])
     if logs.size < 2:
         return math.nan

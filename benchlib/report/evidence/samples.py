@@ -29,6 +29,7 @@ from .stats import (
     NO_DATA,
     PRACTICAL_THRESHOLD,
     Comparison,
+    center_of,
     judge_single_runs,
     proportion_ratio,
 )
@@ -44,6 +45,12 @@ class Metric:
     timing: bool  # a speed (verdict faster/slower) rather than a size or a score (better/worse)
     convert: str = "value"  # value | per_second (inputs per second of each timed item) | ms
     floor: str | None = None  # the noise floor metric (store.noise_floor.FLOOR_METRICS) its runs vary like
+
+    @property
+    def center(self) -> str:
+        """How a run's samples make its figure (``stats.center_of``): a throughput is its inputs over its summed
+        seconds ("rate", as the row's own column), anything else the median."""
+        return "rate" if self.convert == "per_second" else "median"
 
     def of_samples(self, seconds: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
         """Raw seconds in the column's units (a throughput sample is the inputs of that item per second)."""
@@ -141,12 +148,11 @@ def _pooled(rows: pd.DataFrame, metric: Metric, reader: SampleReader) -> np.ndar
 
 
 def figure(rows: pd.DataFrame, metric: str | Metric, reader: SampleReader) -> float:
-    """A configuration's figure as every comparison takes it: each run's median sample, their geometric mean over
-    the runs (``inference``'s ``figure_a``); NaN without samples. A throughput is so the batch over the median
-    step, where the row's own column is its samples over its summed steps: one figure for the headline and the
-    ratios beside it."""
+    """A configuration's figure as every comparison takes it: each run's figure (its median sample; a throughput's
+    inputs over its summed seconds, as the row's own column), their geometric mean over the runs (``inference``'s
+    ``figure_a``); NaN without samples. One figure for the headline and the ratios beside it."""
     m = METRICS[metric] if isinstance(metric, str) else metric
-    medians = np.asarray([float(np.median(r)) for r in run_samples(rows, m, reader)])
+    medians = np.asarray([float(center_of(r, m.center)) for r in run_samples(rows, m, reader)])
     medians = medians[np.isfinite(medians) & (medians > 0)]
     return float(np.exp(np.log(medians).mean())) if medians.size else math.nan
 
@@ -233,7 +239,7 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
     spread = floor_spread(a, b, m, reader)
     if (len(runs_a) >= MIN_RUNS and len(runs_b) >= MIN_RUNS) or (spread is not None and runs_a and runs_b):
         return compare_runs(runs_a, runs_b, higher_is_better=m.higher_is_better, timing=m.timing, floor=spread,
-                            family=family, threshold=threshold)
+                            family=family, threshold=threshold, center=m.center)
     if m.column == "test_accuracy":
         judged = _accuracy(a, b, threshold)
         if judged is not None:
@@ -243,7 +249,7 @@ def compare_rows(a: pd.DataFrame, b: pd.DataFrame, metric: str | Metric, reader:
         return np.concatenate(runs) if runs else np.asarray([], dtype=float)
 
     steps = compare(pool(runs_a), pool(runs_b), higher_is_better=m.higher_is_better, timing=m.timing,
-                    threshold=threshold, confidence=1 - ALPHA / max(1, family))
+                    threshold=threshold, confidence=1 - ALPHA / max(1, family), center=m.center)
     steps = dataclasses.replace(steps, runs_a=len(runs_a), runs_b=len(runs_b))
     return judge_single_runs(steps, noise_floor_pct(a, b, m, reader), same_process=one_process(a, b))
 

@@ -149,40 +149,58 @@ def exact_test(a: np.ndarray, b: np.ndarray) -> tuple[float, str] | None:
     return None
 
 
-def _bootstrap_medians(x: np.ndarray, rng: np.random.Generator, resamples: int = RESAMPLES) -> np.ndarray:
-    """``resamples`` bootstrap medians of ``x`` (in chunks: a side may hold thousands of steps)."""
+# A run's figure from its samples: "median" for a time, a size or a score; "rate" for a throughput, whose samples
+# are each timed item's inputs per second: the run's inputs over its summed seconds (the harmonic mean of equal
+# items' rates), so a throughput is samples over the sum of timed work, as the row's own column is.
+CENTERS = ("median", "rate")
+
+
+def center_of(x: np.ndarray, center: str = "median", axis: int | None = None) -> Any:
+    """The ``center`` (``CENTERS``) of ``x``, along ``axis``."""
+    x = np.asarray(x, dtype=float)
+    if center == "rate":
+        return (x.size if axis is None else x.shape[axis]) / np.sum(1.0 / x, axis=axis)
+    return np.median(x, axis=axis)
+
+
+def _bootstrap_medians(x: np.ndarray, rng: np.random.Generator, resamples: int = RESAMPLES,
+                       center: str = "median") -> np.ndarray:
+    """``resamples`` bootstrap centers (medians, or rates) of ``x`` (in chunks: a side may hold thousands of
+    steps)."""
     chunk = max(1, 2_000_000 // x.size)
-    return np.concatenate([np.median(x[rng.integers(0, x.size, size=(min(chunk, resamples - k), x.size))], axis=1)
-                           for k in range(0, resamples, chunk)])
+    return np.concatenate([center_of(x[rng.integers(0, x.size, size=(min(chunk, resamples - k), x.size))], center,
+                                     axis=1) for k in range(0, resamples, chunk)])
 
 
-def bootstrap_ratio(first: np.ndarray, second: np.ndarray, confidence: float, seed: int) -> tuple[float, float, float]:
-    """The percentile interval of median(first) / median(second) and its p from the same replicates: twice the
-    share of replicates on the far side of 1, scaled to ALPHA as the interval's level is (so the interval
-    excludes 1 exactly where p < ALPHA; one procedure, never two that can disagree)."""
+def bootstrap_ratio(first: np.ndarray, second: np.ndarray, confidence: float, seed: int,
+                    center: str = "median") -> tuple[float, float, float]:
+    """The percentile interval of center(first) / center(second) (``center_of``) and its p from the same
+    replicates: twice the share of replicates on the far side of 1, scaled to ALPHA as the interval's level is
+    (so the interval excludes 1 exactly where p < ALPHA; one procedure, never two that can disagree)."""
     rng = np.random.default_rng(seed)
-    reps = _bootstrap_medians(first, rng) / _bootstrap_medians(second, rng)
+    reps = _bootstrap_medians(first, rng, center=center) / _bootstrap_medians(second, rng, center=center)
     tail = (1 - confidence) / 2
     low, high = (float(v) for v in np.quantile(reps, [tail, 1 - tail]))
     p = 2 * min(float(np.mean(reps <= 1.0)), float(np.mean(reps >= 1.0)))
     return low, high, min(1.0, p * ALPHA / (1 - confidence))
 
 
-def _run_medians(run: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """``resamples`` bootstrap medians of one run's samples."""
+def _run_medians(run: np.ndarray, rng: np.random.Generator, resamples: int, center: str = "median") -> np.ndarray:
+    """``resamples`` bootstrap centers of one run's samples."""
     if run.size == 1 or np.ptp(run) == 0:
         return np.full(resamples, float(run[0]))
-    return _bootstrap_medians(run, rng, resamples)
+    return _bootstrap_medians(run, rng, resamples, center)
 
 
 def hierarchical_medians(runs: Sequence[np.ndarray], *, resamples: int = RESAMPLES,
-                         rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap distribution of a side's figure (the median of its runs' medians), runs first, then samples.
+                         rng: np.random.Generator, center: str = "median") -> np.ndarray:
+    """Bootstrap distribution of a side's figure (the median of its runs' figures, each run's ``center``), runs
+    first, then samples.
 
     Each replicate draws as many runs as there are, with replacement, then each drawn run's own bootstrap
-    median: the spread between processes and inside each one both enter, in that order.
+    figure: the spread between processes and inside each one both enter, in that order.
     """
-    per_run = np.stack([_run_medians(r, rng, resamples) for r in runs])  # (runs, resamples)
+    per_run = np.stack([_run_medians(r, rng, resamples, center) for r in runs])  # (runs, resamples)
     pick = rng.integers(0, len(runs), size=(resamples, len(runs)))
     return np.asarray(np.median(per_run[pick, np.arange(resamples)[:, None]], axis=1))
 

@@ -38,28 +38,9 @@ REASONS = {"train_energy_j_per_sample": "train_energy_unmeasurable"}
 PERCENTILE_STATUS = {"latency_ms_p50": "latency_ms_p50_status", "latency_ms_p99": "latency_ms_p99_status"}
 # figures shown with their 95% interval: row column -> (low, high) columns, each the median over seeds
 INTERVALS = {"test_accuracy": ("test_accuracy_ci_low", "test_accuracy_ci_high")}
-# throughputs shown as every comparison takes them (``samples.figure``: the batch over each run's median step,
-# geometric mean over the runs), so a ratio printed elsewhere divides out from the headline's figures
+# throughputs shown as every comparison takes them (``samples.figure``: each run's samples over its summed timed
+# work, geometric mean over the runs), so a ratio printed elsewhere divides out from the headline's figures
 AS_COMPARED = ("train_samples_per_s", "infer_samples_per_s")
-
-
-def as_compared(rows: pd.DataFrame, reader: SampleReader | None = None) -> pd.DataFrame:
-    """``rows`` with each throughput (``AS_COMPARED``) as comparisons take it, run by run: the batch over the run's
-    median step (or repeat) from its samples, so a bar or an index cell is the figure the headline and the ratios
-    beside it use. Without samples (a report's copied data holds none) a training throughput is the batch over
-    the row's ``train_step_s_median``, the same figure to within the median of an even number of steps."""
-    out = rows.copy()
-    if out.empty:
-        return out
-    if {"train_samples_per_s", "train_step_s_median", "batch_size"} <= set(out.columns):
-        steps = pd.to_numeric(out["train_step_s_median"], errors="coerce")
-        batches = pd.to_numeric(out["batch_size"], errors="coerce")
-        out["train_samples_per_s"] = (batches / steps).where(steps > 0, out["train_samples_per_s"])
-    if reader is not None:
-        for column in (c for c in AS_COMPARED if c in out):
-            each = [figure(out.iloc[[i]], column, reader) for i in range(len(out))]
-            out[column] = pd.Series(each, index=out.index).where(lambda v: v.notna(), out[column])
-    return out
 
 
 def memory_above_baseline(df: pd.DataFrame) -> pd.Series:
@@ -173,7 +154,6 @@ def headline_table(df: pd.DataFrame, columns: Mapping[str, tuple[str, Callable[[
     good = ok_rows(df) if not df.empty else df
     if good.empty:
         return Headline(pd.DataFrame())
-    good = as_compared(good)  # rows without samples: the batch over the median step, as the index gives it
     good = good.assign(device=device_label(good), config=config_key(good["run_id"].astype(str)),
                        memory_above_baseline_bytes=memory_above_baseline(good))
     records: list[dict[str, Any]] = []
