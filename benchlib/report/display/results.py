@@ -50,7 +50,7 @@ class Results:
     # -- what the folders hold, read once
     @cached_property
     def layer_reports(self) -> list[dict[str, Any]]:
-        return load_layer_reports(self.folders)
+        return load_layer_reports(self.folders, self.reader.read_layers)  # the explanations' files, read once
 
     @cached_property
     def profiles(self) -> list[dict[str, Any]]:

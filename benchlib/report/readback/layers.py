@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,15 @@ def read_layer_file(path: Path) -> dict[str, Any]:
     return migrate_layers(json.loads(path.read_text(encoding="utf-8")))
 
 
-def load_layer_reports(results_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every saved per-layer report: its checks as saved, its rows as a DataFrame under ``table``."""
+def load_layer_reports(results_dirs: Iterable[str | Path],
+                       read: Callable[[Path], dict[str, Any]] = read_layer_file) -> list[dict[str, Any]]:
+    """Every saved per-layer report: its checks as saved, its rows as a DataFrame under ``table`` (``read``: how a
+    file is read, ``samples.SampleFiles.read_layers`` where a report reads each once)."""
     found = []
     for d in results_dirs:
         for path in ResultsLayout.of(d).layers_files():
             try:
-                data = read_layer_file(path)
+                data = dict(read(path))  # a copy: the file as read stays whole for whoever else asks
                 data["table"] = pd.DataFrame(data.pop("layers"))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)

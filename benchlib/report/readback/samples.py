@@ -26,7 +26,7 @@ class SampleFiles:
     def __init__(self) -> None:
         self._samples: dict[tuple[str, str, str], pd.DataFrame] = {}
         self._floors: dict[str, list[NoiseFloor]] = {}
-        self._layers: dict[str, dict[str, Any] | None] = {}
+        self._layers: dict[str, dict[str, Any]] = {}
         self._series: dict[str, pd.DataFrame | None] = {}
 
     def floors(self, folder: object) -> list[NoiseFloor]:
@@ -52,14 +52,18 @@ class SampleFiles:
         path = layer_file_of(row)
         if path is None:
             return None
+        if not path.is_file():
+            return None
+        try:
+            return self.read_layers(path)
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)
+            return None
+
+    def read_layers(self, path: Path) -> dict[str, Any]:
+        """The per-layer file at ``path``, migrated, read once (a file that cannot be read raises, each time)."""
         if str(path) not in self._layers:
-            found = None
-            if path.is_file():
-                try:
-                    found = read_layer_file(path)
-                except (OSError, ValueError) as exc:
-                    warnings.warn(f"skipping unreadable per-layer table {path}: {exc}", stacklevel=2)
-            self._layers[str(path)] = found
+            self._layers[str(path)] = read_layer_file(path)
         return self._layers[str(path)]
 
     def layer_files(self, rows: pd.DataFrame) -> tuple[list[dict[str, Any]], list[Mapping[str, Any]]]:
